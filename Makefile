@@ -1,0 +1,52 @@
+# `make run` and `make test` each do the whole set-up first; stamps make a second call skip it.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+CONSTRAINTS := .ci/constraints.txt
+APT_PACKAGES := openmpi-bin libopenmpi-dev cmake g++ make slurm-wlm munge
+MPIRUN := mpirun --allow-run-as-root --oversubscribe
+RUN_RANKS ?= 2
+RUN_MINUTES ?= 4
+RUN_OUT ?= runs/make-run
+export OMPI_MCA_rmaps_base_oversubscribe := 1
+
+.PHONY: setup run test bench clean-venv
+
+setup: $(VENV)/.horovod
+
+# Debian packages: installed only when one is missing, so a second call costs a dpkg query.
+$(VENV)/.apt:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@mkdir -p $(VENV) && touch $@
+
+$(VENV)/.deps: $(VENV)/.apt setup.cfg pyproject.toml $(CONSTRAINTS)
+	@[ -x $(PY) ] || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+	$(PIP) install -q -c $(CONSTRAINTS) -e '.[test]'
+	@touch $@
+
+# Horovod compiles against the installed TensorFlow and MPI (about 2-4 minutes on 2 cores).
+$(VENV)/.horovod: $(VENV)/.deps
+	@$(PY) -c 'import horovod.tensorflow' 2>/dev/null || \
+	  HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
+	  HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS=-j2 \
+	  $(PIP) install -q --no-cache-dir --no-build-isolation -c $(CONSTRAINTS) horovod
+	@touch $@
+
+run: setup
+	$(MPIRUN) -n $(RUN_RANKS) $(VENV)/bin/ddrl train jobs/pong.toml --out $(RUN_OUT) \
+	  --set run.max_minutes=$(RUN_MINUTES)
+
+test: setup
+	$(PY) -m pytest -q tests
+
+bench: setup
+	$(VENV)/bin/ddrl bench node jobs/pong.toml
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""Post-hoc analysis of ddrl HDF5 run logs."""

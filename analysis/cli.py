@@ -1,0 +1,77 @@
+"""`ddrl analyze RUN_DIR... [--target SCORE] [--out DIR]`: summary table and figures."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+
+from analysis.load import Run, load_runs
+from analysis.plots import (plot_learning_curves, plot_losses, plot_ranks, plot_scaling,
+                            plot_throughput, save)
+from analysis.scaling import scaling_table
+from analysis.scores import resolve_target
+from analysis.summary import config_differences, format_summary, run_labels, summarize
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                        help="run directories (or their log.h5 files); running jobs are fine")
+    parser.add_argument("--target", type=float, default=None,
+                        help="score for time- and frames-to-target (default: each run's eval.target)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where to write summary.csv and the PNGs "
+                             "(default: the runs' common parent directory + /analysis)")
+    parser.add_argument("--window", type=int, default=0,
+                        help="episodes in the online-score rolling mean (default: automatic)")
+
+
+def default_out(runs: list[Run]) -> Path:
+    return Path(os.path.commonpath([r.path.parent.resolve() for r in runs])) / "analysis"
+
+
+def shared_target(runs: list[Run], target: float | None) -> float | None:
+    """The target line to draw: --target, or `eval.target` when all runs agree on it."""
+    targets = {resolve_target(r, target) for r in runs}
+    return targets.pop() if len(targets) == 1 else None
+
+
+def sweep_key(runs: list[Run]) -> str | None:
+    """The one config key a set of runs sweeps (seeds are repeats, not a sweep), if any."""
+    keys = [k for k in config_differences(runs) if k != "run.seed"]
+    return keys[0] if len(keys) == 1 else None
+
+
+def _file_name(name: str) -> str:
+    return re.sub(r"[^\w.-]+", "_", name).strip("_") or "run"
+
+
+def run(args: argparse.Namespace) -> int:
+    runs = load_runs(args.runs)
+    out = args.out or default_out(runs)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = summarize(runs, args.target)
+    print(format_summary(summary))
+
+    summary.to_csv(out / "summary.csv", index=False)
+    written = [out / "summary.csv"]
+    labels = run_labels(runs)
+    written.append(save(plot_learning_curves(runs, labels, shared_target(runs, args.target),
+                                             args.window), out / "curves.png"))
+    written.append(save(plot_losses(runs, labels), out / "losses.png"))
+    for r in runs:
+        if len(r["ranks"]):
+            written.append(save(plot_ranks(r), out / f"ranks-{_file_name(r.name)}.png"))
+    if summary["workers"].nunique() > 1:
+        scaling_table(summary).to_csv(out / "scaling.csv", index=False)
+        written.append(out / "scaling.csv")
+        if summary["time_to_target"].notna().any():
+            written.append(save(plot_scaling(summary), out / "scaling.png"))
+        else:
+            print("no run reached the target score: no scaling figure")
+    key = sweep_key(runs)
+    if key is not None:
+        written.append(save(plot_throughput(summary, key), out / f"throughput-{_file_name(key)}.png"))
+    for path in written:
+        print(f"wrote {path}")
+    return 0

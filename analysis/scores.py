@@ -1,0 +1,49 @@
+"""Score arithmetic: human-normalized scores and when a run first reached a target."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from analysis.load import Run
+
+# game -> (random, human) evaluation scores, from the table in design/REFERENCE.md
+# ("Atari conventions": Mnih et al. 2015 / Machado et al. 2018, as quoted there). The random
+# column is Mnih et al. 2015's; the human column is the no-op-start one later papers use
+# (e.g. DQN Zoo's atari_data.py), not Mnih et al. 2015's own human scores.
+BASELINES: dict[str, tuple[float, float]] = {
+    "Pong": (-20.7, 14.6),
+    "Breakout": (1.7, 30.5),
+    "Boxing": (0.1, 12.1),
+    "Seaquest": (68.4, 42054.7),
+    "SpaceInvaders": (148.0, 1668.7),
+    "BeamRider": (363.9, 16926.5),
+}
+
+
+def human_normalized(score: float, game: str) -> float:
+    """(score - random) / (human - random); NaN for games without published baselines."""
+    if game not in BASELINES:
+        return math.nan
+    random, human = BASELINES[game]
+    return (score - random) / (human - random)
+
+
+def resolve_target(run: Run, target: float | None) -> float | None:
+    """An explicit target wins over the run's own `eval.target`."""
+    return target if target is not None else run.setting("eval.target")
+
+
+def first_reaching(evals: pd.DataFrame, target: float) -> pd.Series | None:
+    """The first /eval row (in logged order) whose mean return is at or above the target."""
+    hits = evals[evals["mean_return"] >= target]
+    return None if hits.empty else hits.iloc[0]
+
+
+def to_target(run: Run, target: float | None) -> tuple[float, float]:
+    """(wall seconds, frames) at which the run first reached the target; NaN when it did not."""
+    target = resolve_target(run, target)
+    row = None if target is None else first_reaching(run["eval"], target)
+    if row is None:
+        return math.nan, math.nan
+    return float(row["wall_time"]), float(row["frames"])

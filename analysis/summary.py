@@ -1,0 +1,68 @@
+"""One row per run: size, progress, scores, time-to-target, throughput (the paper's table 3)."""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pandas as pd
+
+from analysis.load import Run
+from analysis.scores import human_normalized, resolve_target, to_target
+
+
+def config_differences(runs: list[Run]) -> list[str]:
+    """Dotted config keys (and `ranks`) whose values are not the same in all runs."""
+    flats = [r.flat_config() for r in runs]
+    keys = sorted(set().union(*flats)) if flats else []
+    # Lists are unhashable: compare values through their JSON text.
+    return [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flats}) > 1]
+
+
+def run_labels(runs: list[Run]) -> list[str]:
+    """Legend labels naming what differs between the runs, e.g. `optim.eps=1e-08, ranks=4`."""
+    diff = config_differences(runs)
+    labels = [", ".join(f"{k}={r.flat_config().get(k)}" for k in diff) or r.name for r in runs]
+    if len(set(labels)) < len(labels):  # repeats of one configuration: tell them apart
+        labels = [f"{r.name}: {lab}" if lab != r.name else lab for r, lab in zip(runs, labels)]
+    return labels
+
+
+def summarize(runs: list[Run], target: float | None = None) -> pd.DataFrame:
+    """The summary table; `target` overrides each run's `eval.target`. Times are seconds."""
+    diff = [k for k in config_differences(runs) if k != "ranks"]
+    rows = []
+    for run in runs:
+        evals, train = run["eval"], run["train"]
+        done = run.progress()
+        best = evals.loc[evals["mean_return"].idxmax()] if len(evals) else None
+        t_target, f_target = to_target(run, target)
+        goal = resolve_target(run, target)
+        row: dict[str, Any] = {
+            "run": run.name,
+            "game": run.game,
+            "ranks": run.world_size,
+            "workers": run.workers,
+            "effective_batch": run.effective_batch,
+            "frames": done.frames,
+            "wall_time": done.wall_time,
+            "updates": done.updates,
+            "restarts": int(run.attrs.get("restarts", 0)),
+            "best_eval": float(best["mean_return"]) if best is not None else math.nan,
+            # Table 3 reports the best score together with the time it took to get there.
+            "best_eval_time": float(best["wall_time"]) if best is not None else math.nan,
+            "last_eval": float(evals["mean_return"].iloc[-1]) if len(evals) else math.nan,
+            "target": math.nan if goal is None else float(goal),
+            "time_to_target": t_target,
+            "frames_to_target": f_target,
+            "dp_per_s": float(train["dp_per_s"].mean()) if len(train) else math.nan,
+        }
+        row["hns_best"] = human_normalized(row["best_eval"], run.game)
+        row.update({k: run.flat_config().get(k) for k in diff})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def format_summary(summary: pd.DataFrame) -> str:
+    return summary.to_string(index=False, float_format=lambda v: f"{v:.6g}", na_rep="-")
+

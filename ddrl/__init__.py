@@ -1,0 +1,1 @@
+"""ddrl: distributed deep RL on Atari as HPC batch jobs."""

@@ -1,0 +1,5 @@
+import sys
+
+from ddrl.cli import main
+
+sys.exit(main())

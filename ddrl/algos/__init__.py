@@ -1,0 +1,1 @@
+"""Losses and return computations of the learning algorithms."""

@@ -1,0 +1,88 @@
+"""Checkpoints: weights, Adam state and counters, written atomically; orderly stop on signals.
+
+A checkpoint is one .npz written to a temporary name, fsynced, then renamed, so a kill at any
+moment leaves either the previous checkpoint or the new one, never a torn file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ddrl.errors import DdrlError
+
+PREFIX = "ckpt-"
+
+
+@dataclass
+class Checkpoint:
+    update: int
+    frames: int
+    wall_time: float
+    restarts: int
+    weights: np.ndarray
+    optimizer: list[np.ndarray]
+
+
+def save(directory: Path, ckpt: Checkpoint, keep: int) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{PREFIX}{ckpt.update:010d}.npz"
+    tmp = directory / f".{path.name}.tmp"
+    meta = {"update": ckpt.update, "frames": ckpt.frames, "wall_time": ckpt.wall_time,
+            "restarts": ckpt.restarts, "optimizer_arrays": len(ckpt.optimizer)}
+    with open(tmp, "wb") as fh:
+        np.savez(fh, meta=np.array(json.dumps(meta)), weights=ckpt.weights,
+                 **{f"opt{i}": a for i, a in enumerate(ckpt.optimizer)})
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    for old in sorted(directory.glob(f"{PREFIX}*.npz"))[:-keep]:
+        old.unlink()
+    return path
+
+
+def latest(directory: Path) -> Path | None:
+    found = sorted(directory.glob(f"{PREFIX}*.npz")) if directory.is_dir() else []
+    return found[-1] if found else None
+
+
+def load(path: Path) -> Checkpoint:
+    if not path.is_file():
+        raise DdrlError(f"checkpoint not found: {path}")
+    try:
+        with np.load(path) as data:
+            meta = json.loads(str(data["meta"]))
+            return Checkpoint(meta["update"], meta["frames"], meta["wall_time"], meta["restarts"],
+                              data["weights"],
+                              [data[f"opt{i}"] for i in range(meta["optimizer_arrays"])])
+    except (OSError, ValueError, KeyError) as exc:
+        raise DdrlError(f"checkpoint {path} is unreadable ({exc})") from None
+
+
+class StopSignals:
+    """SIGUSR1 (Slurm's pre-timeout warning) and SIGTERM (scancel, preemption) ask for an
+    orderly stop at the next update boundary instead of killing the process mid-write."""
+
+    SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous = {}
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, _frame) -> None:
+        self.received = signum
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

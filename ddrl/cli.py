@@ -1,0 +1,49 @@
+"""`ddrl train | eval | bench | analyze | info | slurm`: one parser, commands live in their modules."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ddrl.errors import DdrlError
+
+# command -> (module, help). Each module has `add_arguments(parser)` and `run(args) -> int`;
+# modules are imported only for the chosen command, so `ddrl info` does not load TF twice.
+COMMANDS = {
+    "train": ("ddrl.train", "train an agent from a TOML job file"),
+    "eval": ("ddrl.evaluate", "evaluate the latest checkpoint of a run directory"),
+    "bench": ("ddrl.bench", "benchmarks: node throughput, all-reduce, SB3 comparison"),
+    "analyze": ("analysis.cli", "summaries and figures from run logs"),
+    "info": ("ddrl.info", "versions, CPU features, model sizes"),
+    "slurm": ("ddrl.slurm_script", "print a ready sbatch script for a job file"),
+}
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ddrl", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        if name == chosen:
+            importlib.import_module(module).add_arguments(p)
+        else:
+            p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
+    try:
+        return importlib.import_module(COMMANDS[args.command][0]).run(args) or 0
+    except DdrlError as exc:
+        print(f"ddrl: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        print("ddrl: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,281 @@
+"""Typed run configuration: defaults from the paper's Table 1, TOML job files, --set overrides.
+
+Config keys are the public interface (job files and `--set key=value` use them), so every
+field here is documented in the README and validated with a one-line error naming the key.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from ddrl.errors import DdrlError
+
+
+@dataclass
+class EnvConfig:
+    id: str = "ALE/Pong-v5"
+    sticky: float = 0.25
+    frame_skip: int = 4
+    noop_max: int = 30
+    fire_reset: bool = True
+    episodic_life: bool = False
+    clip_rewards: bool = True
+    max_episode_frames: int = 108_000
+    # Start-state decorrelation (accelerated-methods paper 5.2): each simulator first takes
+    # a random number (up to this many) of random actions.
+    decorrelate: int = 200
+    env_threads: int = 1
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0
+    max_frames: int = 10_000_000
+    max_minutes: float = 0.0
+    checkpoint_minutes: float = 10.0
+    keep_checkpoints: int = 3
+    log_every: int = 10
+    progress_seconds: float = 10.0
+
+
+@dataclass
+class NodeConfig:
+    mode: str = "ba3c"
+    n_sim: int = 10
+    batch_size: int = 32
+    t_max: int = 5
+    gamma: float = 0.99
+    predictors: int = 1
+    predict_batch: int = 0
+    queue_size: int = 0
+    threads: int = 0
+
+
+@dataclass
+class ModelConfig:
+    arch: str = "ddrl"
+    fc: int = 256
+    hidden: list[int] = field(default_factory=lambda: [64, 64])
+    precision: str = "float32"
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-3
+    eps: float = 1e-8
+    beta1: float = 0.8
+    beta2: float = 0.75
+    clip: float = 0.1
+    entropy: float = 0.01
+    value_coef: float = 0.5
+    lr_scaling: str = "none"
+
+
+@dataclass
+class SyncConfig:
+    backend: str = "mpi"
+    mode: str = "allreduce"
+    ps: int = 0
+    aggregate: float = 1.0
+    # Python keyword, so the TOML key `async` maps onto this field.
+    async_: bool = False
+    timeout: float = 300.0
+
+
+@dataclass
+class EvalConfig:
+    every: int = 1000
+    episodes: int = 50
+    target: float | None = None
+
+
+@dataclass
+class DebugConfig:
+    slow_ranks: list[int] = field(default_factory=list)
+    slow_factor: float = 1.0
+
+
+@dataclass
+class Config:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    node: NodeConfig = field(default_factory=NodeConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    sync: SyncConfig = field(default_factory=SyncConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {sec.name: {_key(f): getattr(getattr(self, sec.name), f.name)
+                           for f in dataclasses.fields(getattr(self, sec.name))
+                           if getattr(getattr(self, sec.name), f.name) is not None}
+                for sec in dataclasses.fields(self)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(self.to_dict())
+
+    @property
+    def is_atari(self) -> bool:
+        return self.env.id.startswith("ALE/")
+
+
+def _key(f: dataclasses.Field) -> str:
+    return f.name.rstrip("_")
+
+
+_CHOICES = {
+    "node.mode": ("ba3c", "a2c"),
+    "model.arch": ("ddrl", "nature", "a3c", "mlp"),
+    "model.precision": ("float32", "bfloat16"),
+    "optim.lr_scaling": ("none", "sqrt", "linear"),
+    "sync.backend": ("none", "mpi", "horovod"),
+    "sync.mode": ("allreduce", "ps"),
+}
+# (low, high, low inclusive); None means unbounded on that side.
+_RANGES = {
+    "env.sticky": (0.0, 1.0, True), "env.frame_skip": (1, None, True),
+    "env.noop_max": (0, None, True), "env.max_episode_frames": (1, None, True),
+    "env.decorrelate": (0, None, True), "env.env_threads": (0, None, True),
+    "run.max_frames": (1, None, True), "run.max_minutes": (0.0, None, True),
+    "run.checkpoint_minutes": (0.0, None, False), "run.keep_checkpoints": (1, None, True),
+    "run.log_every": (1, None, True), "run.progress_seconds": (0.0, None, False),
+    "node.n_sim": (1, None, True), "node.batch_size": (1, None, True),
+    "node.t_max": (1, None, True), "node.gamma": (0.0, 1.0, True),
+    "node.predictors": (1, None, True), "node.predict_batch": (0, None, True),
+    "node.queue_size": (0, None, True), "node.threads": (0, None, True),
+    "model.fc": (1, None, True), "optim.lr": (0.0, None, False),
+    "optim.eps": (0.0, None, False), "optim.beta1": (0.0, 1.0, True),
+    "optim.beta2": (0.0, 1.0, True), "optim.clip": (0.0, None, True),
+    "optim.entropy": (0.0, None, True), "optim.value_coef": (0.0, None, True),
+    "sync.ps": (0, None, True), "sync.aggregate": (0.0, None, False),
+    "sync.timeout": (0.0, None, False), "eval.every": (1, None, True),
+    "eval.episodes": (0, None, True),
+    "debug.slow_factor": (1.0, None, True),
+}
+
+
+def _coerce(key: str, value: Any, typ: Any) -> Any:
+    """Check (and where lossless, convert) one value against its field's type."""
+    origin = typing.get_origin(typ)
+    args = typing.get_args(typ)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) and type(None) in args:
+        if value is None or (isinstance(value, str) and value.lower() == "none"):
+            return None
+        return _coerce(key, value, next(a for a in args if a is not type(None)))
+    if origin is list:
+        if not isinstance(value, list):
+            raise DdrlError(f"config key {key}: expected a list, got {value!r}")
+        return [_coerce(key, v, args[0]) for v in value]
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+    elif typ is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif typ is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif typ is str:
+        if isinstance(value, str):
+            return value
+    tname = getattr(typ, "__name__", str(typ))
+    raise DdrlError(f"config key {key}: expected {tname}, got {value!r}")
+
+
+def _parse_cli_value(text: str) -> Any:
+    """`--set k=v` values are TOML literals (1e-3, true, [1, 2]); anything else is a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _apply(cfg: Config, key: str, value: Any) -> None:
+    parts = key.split(".")
+    sections = {f.name: f for f in dataclasses.fields(cfg)}
+    if len(parts) != 2 or parts[0] not in sections:
+        raise DdrlError(f"unknown config key {key!r} (sections: {', '.join(sections)})")
+    section = getattr(cfg, parts[0])
+    fields = {_key(f): f for f in dataclasses.fields(section)}
+    if parts[1] not in fields:
+        raise DdrlError(f"unknown config key {key!r} (known in [{parts[0]}]: {', '.join(fields)})")
+    f = fields[parts[1]]
+    hints = typing.get_type_hints(type(section))
+    setattr(section, f.name, _coerce(key, value, hints[f.name]))
+
+
+def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
+    flat = {}
+    for sec, body in data.items():
+        if not isinstance(body, dict):
+            raise DdrlError(f"{where}: top-level key {sec!r} must be a [section]")
+        for k, v in body.items():
+            flat[f"{sec}.{k}"] = v
+    return flat
+
+
+def validate(cfg: Config) -> None:
+    """Range and choice checks; the unknown-game check needs ale-py, so it lives in envs."""
+    values = {f"{sec}.{k}": v for sec, body in cfg.to_dict().items() for k, v in body.items()}
+    for key, choices in _CHOICES.items():
+        if values[key] not in choices:
+            raise DdrlError(f"config key {key}: {values[key]!r} is not one of {', '.join(choices)}")
+    for key, (low, high, low_incl) in _RANGES.items():
+        v = values[key]
+        if isinstance(v, float) and not math.isfinite(v):
+            raise DdrlError(f"config key {key}: {v} is not a finite number")
+        if low is not None and (v < low or (v == low and not low_incl)):
+            raise DdrlError(f"config key {key}: {v} is out of range (must be {'>=' if low_incl else '>'} {low})")
+        if high is not None and v > high:
+            raise DdrlError(f"config key {key}: {v} is out of range (must be <= {high})")
+    if cfg.node.mode == "ba3c" and cfg.node.n_sim < cfg.node.predictors:
+        raise DdrlError("config key node.predictors: more predictor threads than simulators (node.n_sim)")
+    if cfg.sync.mode == "ps" and cfg.sync.ps < 1:
+        raise DdrlError("config key sync.ps: sync.mode = 'ps' needs at least 1 parameter server")
+    if cfg.model.arch == "mlp" and cfg.is_atari:
+        raise DdrlError("config key model.arch: 'mlp' is for vector observations, not Atari")
+    if cfg.model.arch != "mlp" and not cfg.is_atari:
+        raise DdrlError(f"config key model.arch: {cfg.model.arch!r} needs image observations; use 'mlp'")
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
+    """Defaults, then the job file, then `key=value` overrides; validated as a whole."""
+    cfg = Config()
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise DdrlError(f"job file not found: {path}")
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise DdrlError(f"{path}: not valid TOML ({exc})") from None
+        for key, value in _flatten(data, str(path)).items():
+            _apply(cfg, key, value)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise DdrlError(f"--set {item!r}: expected key=value")
+        _apply(cfg, key.strip(), _parse_cli_value(text.strip()))
+    validate(cfg)
+    return cfg
+
+
+def config_from_json(text: str) -> Config:
+    cfg = Config()
+    for key, value in _flatten(json.loads(text), "config").items():
+        _apply(cfg, key, value)
+    return cfg

@@ -1,0 +1,1 @@
+"""Distribution: world discovery (MPI, Slurm) and gradient synchronisation backends."""

@@ -1,0 +1,62 @@
+"""Who am I in the job: rank, world size, local rank and node count, from MPI and Slurm.
+
+MPI is initialised only when the process was started by a launcher (mpirun, srun) or the
+job asks for a backend that needs it, so a plain `ddrl train` needs no MPI at all.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from ddrl.errors import DdrlError
+
+_LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_STEP_ID")
+
+
+@dataclass
+class World:
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    local_size: int = 1
+    nodes: int = 1
+    comm: Any = None
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+
+def launched_by_mpi_or_slurm() -> bool:
+    return any(v in os.environ for v in _LAUNCHER_VARS)
+
+
+def _slurm_expected_tasks() -> int | None:
+    """Tasks Slurm launched in this step, when srun (not Open MPI's mpirun) started us."""
+    if "SLURM_PROCID" not in os.environ or "OMPI_COMM_WORLD_SIZE" in os.environ:
+        return None
+    value = os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS")
+    return int(value) if value and value.isdigit() else None
+
+
+def discover(need_mpi: bool) -> World:
+    """Raise a one-line error when Slurm says N tasks but MPI sees a different world
+    (srun without PMIx starts N singletons that would overwrite each other's run)."""
+    if need_mpi or launched_by_mpi_or_slurm():
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        hosts = comm.allgather(socket.gethostname())
+        world = World(comm.Get_rank(), comm.Get_size(), local.Get_rank(), local.Get_size(),
+                      len(set(hosts)), comm)
+    else:
+        world = World()
+    expected = _slurm_expected_tasks()
+    if expected is not None and expected != world.size:
+        raise DdrlError(
+            f"Slurm started {expected} tasks but the MPI world has {world.size} rank(s): "
+            "launch with `srun --mpi=pmix` (or pmi2) or `mpirun`, so the ranks form one job")
+    return world

@@ -1,0 +1,104 @@
+"""A simulator pool with the node's view of it: recv a batch of ready simulators, send their actions.
+
+Backends (ale-py's C++ vector env, gymnasium classic control) only step; this layer adds
+what the node needs on top of every backend: reward clipping for training, start-state
+decorrelation, and the real (unclipped, whole-game) episode returns for the log.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass
+class RawStep:
+    env_ids: np.ndarray
+    obs: np.ndarray
+    reward: np.ndarray
+    # The value chain stops here: game over, truncation, or a lost life with episodic life.
+    done: np.ndarray
+    # The simulator started a new game with this observation (game over or truncation).
+    new_game: np.ndarray
+
+
+@dataclass
+class Step:
+    env_ids: np.ndarray
+    obs: np.ndarray
+    reward: np.ndarray
+    done: np.ndarray
+    # (env_id, return, length in agent steps) of whole games that ended with this step.
+    episodes: list[tuple[int, float, int]] = field(default_factory=list)
+
+
+class Backend(Protocol):
+    num_envs: int
+    batch_size: int
+    n_actions: int
+    obs_shape: tuple[int, ...]
+    obs_dtype: np.dtype
+    frames_per_step: int
+
+    def reset(self, seed: int) -> RawStep: ...
+    def send(self, actions: np.ndarray) -> None: ...
+    def recv(self) -> RawStep: ...
+    def close(self) -> None: ...
+
+
+class SimPool:
+    """Strictly alternating `recv()` then `send(actions)` for the simulators that recv returned."""
+
+    def __init__(self, backend: Backend, seed: int, clip_rewards: bool, decorrelate: int,
+                 rng: np.random.Generator):
+        self.backend = backend
+        self.num_envs = backend.num_envs
+        self.batch_size = backend.batch_size
+        self.n_actions = backend.n_actions
+        self.obs_shape = backend.obs_shape
+        self.frames_per_step = backend.frames_per_step
+        self._clip = clip_rewards
+        self._rng = rng
+        self._returns = np.zeros(self.num_envs, np.float64)
+        self._lengths = np.zeros(self.num_envs, np.int64)
+        self._pending: RawStep | None = backend.reset(seed)
+        if decorrelate:
+            self._decorrelate(decorrelate)
+
+    def _decorrelate(self, max_steps: int) -> None:
+        """Random actions for a random count per simulator, no-ops for those already done."""
+        left = self._rng.integers(0, max_steps + 1, size=self.num_envs)
+        while left.any():
+            raw = self.backend.recv() if self._pending is None else self._pending
+            self._pending = None
+            ids = raw.env_ids
+            actions = np.where(left[ids] > 0, self._rng.integers(0, self.n_actions, len(ids)), 0)
+            left[ids] = np.maximum(left[ids] - 1, 0)
+            self.backend.send(actions.astype(np.int32))
+        self._returns[:] = 0
+        self._lengths[:] = 0
+
+    def recv(self) -> Step:
+        raw, stepped = (self.backend.recv(), True) if self._pending is None else (self._pending, False)
+        self._pending = None
+        ids = raw.env_ids
+        if stepped:
+            self._returns[ids] += raw.reward
+            self._lengths[ids] += 1
+        episodes = []
+        for i in np.flatnonzero(raw.new_game):
+            env = int(ids[i])
+            # SameStep autoreset: this step's reward closes the old game, its obs opens the next.
+            if self._lengths[env] > 0:
+                episodes.append((env, float(self._returns[env]), int(self._lengths[env])))
+            self._returns[env] = 0.0
+            self._lengths[env] = 0
+        reward = np.clip(raw.reward, -1.0, 1.0) if self._clip else raw.reward
+        return Step(ids, raw.obs, reward.astype(np.float32), raw.done, episodes)
+
+    def send(self, actions: np.ndarray) -> None:
+        self.backend.send(np.asarray(actions, dtype=np.int32))
+
+    def close(self) -> None:
+        self.backend.close()

@@ -1,0 +1,115 @@
+"""Evaluation: greedy actions, frozen weights, separate simulators, no reward clipping or
+episodic life (the papers' score); also the `ddrl eval DIR|CHECKPOINT` command."""
+from __future__ import annotations
+
+import argparse
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ddrl import checkpoint
+from ddrl.config import Config
+from ddrl.envs import make_pool
+from ddrl.errors import DdrlError
+
+MAX_EVAL_SIMS = 16
+
+
+@dataclass
+class EvalResult:
+    mean: float
+    std: float
+    max: float
+    episodes: int
+
+
+def evaluate(cfg: Config, learner, episodes: int, seed: int) -> EvalResult:
+    """Play `episodes` whole games; each simulator plays its share so long games count too."""
+    n = min(episodes, MAX_EVAL_SIMS)
+    quota = np.array([len(part) for part in np.array_split(np.arange(episodes), n)])
+    pool = make_pool(cfg, n, seed, train=False)
+    returns: list[float] = []
+    try:
+        while quota.any():
+            step = pool.recv()
+            logits, _ = learner.predict(step.obs)
+            pool.send(np.argmax(logits, axis=-1).astype(np.int32))
+            for env, ret, _ in step.episodes:
+                if quota[env] > 0:
+                    quota[env] -= 1
+                    returns.append(ret)
+    finally:
+        pool.close()
+    r = np.array(returns)
+    return EvalResult(float(r.mean()), float(r.std()), float(r.max()), len(r))
+
+
+class BackgroundEvaluator:
+    """Rank 0 evaluates a snapshot of the weights on its own thread and model copy, so the
+    other ranks never wait for it in the all-reduce (the paper used a separate node)."""
+
+    def __init__(self, cfg: Config, learner_factory, seed: int):
+        self._cfg = cfg
+        self._learner = learner_factory()
+        self._seed = seed
+        self._thread: threading.Thread | None = None
+        self._result: tuple[int, int, float, EvalResult] | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, weights: np.ndarray, update: int, frames: int, wall_time: float) -> None:
+        self._learner.set_weights(weights)
+
+        def work():
+            try:
+                res = evaluate(self._cfg, self._learner, self._cfg.eval.episodes, self._seed + update)
+                self._result = (update, frames, wall_time, res)
+            except BaseException as exc:
+                self._error = exc
+
+        self._thread = threading.Thread(target=work, daemon=True, name="evaluator")
+        self._thread.start()
+
+    def poll(self, wait: bool = False) -> tuple[int, int, float, EvalResult] | None:
+        """The finished evaluation's (update, frames, wall_time, result), once."""
+        if wait and self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        out, self._result = self._result, None
+        return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", help="run directory or checkpoint file")
+    p.add_argument("--episodes", type=int, help="games to play (default: eval.episodes)")
+    p.add_argument("--seed", type=int, default=12345)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ddrl.config import load_config
+    from ddrl.envs import env_spec
+    from ddrl.node.learner import Learner
+
+    target = Path(args.target)
+    if target.is_dir():
+        run_dir, ckpt_path = target, checkpoint.latest(target / "checkpoints")
+        if ckpt_path is None:
+            raise DdrlError(f"no checkpoint in {target / 'checkpoints'}")
+    elif target.suffix == ".npz" or target.exists():
+        run_dir, ckpt_path = target.parent.parent, target
+    else:
+        raise DdrlError(f"no such run directory or checkpoint: {target}")
+    cfg = load_config(run_dir / "config.toml")
+    ckpt = checkpoint.load(ckpt_path)
+    learner = Learner(cfg, *env_spec(cfg))
+    learner.set_weights(ckpt.weights)
+    res = evaluate(cfg, learner, args.episodes or cfg.eval.episodes, args.seed)
+    print(f"{ckpt_path}: update {ckpt.update}, frames {ckpt.frames:,}: mean {res.mean:.2f} "
+          f"+- {res.std:.2f}, max {res.max:.1f} over {res.episodes} episodes")
+    return 0

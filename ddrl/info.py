@@ -1,0 +1,72 @@
+"""`ddrl info`: library versions, the MPI library, CPU features, and model sizes."""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import platform
+from pathlib import Path
+
+PACKAGES = ("tensorflow-cpu", "horovod", "mpi4py", "ale-py", "gymnasium", "h5py", "numpy")
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "fma")
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for pkg in PACKAGES:
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    out["mpi"] = mpi_library()
+    return out
+
+
+def mpi_library() -> str:
+    try:
+        from mpi4py import MPI
+
+        return MPI.Get_library_version().splitlines()[0].strip()
+    except Exception as exc:  # mpi4py without a working MPI still lets `info` report the rest
+        return f"unavailable ({exc.__class__.__name__})"
+
+
+def horovod_build() -> str:
+    try:
+        import horovod.tensorflow as hvd
+
+        return f"mpi={hvd.mpi_built()} gloo={hvd.gloo_built()}"
+    except Exception as exc:
+        return f"unavailable ({exc.__class__.__name__}: {exc})"
+
+
+def cpu_features() -> list[str]:
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return []
+    return [f for f in CPU_FLAGS if f in flags]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", nargs="*", metavar="ARCH",
+                   help="print parameter count and forward FLOPs per observation of these nets")
+
+
+def run(args: argparse.Namespace) -> int:
+    for k, v in versions().items():
+        print(f"{k:16s} {v}")
+    print(f"{'horovod build':16s} {horovod_build()}")
+    print(f"{'cpu':16s} {platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} cores, "
+          f"features: {' '.join(cpu_features()) or '-'}")
+    if args.model is not None:
+        from ddrl.config import ModelConfig
+        from ddrl.models import build_model, forward_flops
+
+        for arch in args.model or ["ddrl", "nature", "a3c"]:
+            shape = (4,) if arch == "mlp" else (4, 84, 84)
+            model = build_model(ModelConfig(arch=arch), shape, 6)
+            print(f"model {arch:8s} params {model.count_params():>10,}  "
+                  f"forward {forward_flops(model) / 1e6:8.1f} MFLOP/obs")
+    return 0

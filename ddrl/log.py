@@ -1,0 +1,136 @@
+"""The HDF5 run log (`DIR/log.h5`) written by rank 0, readable while the run goes (SWMR).
+
+SWMR forbids creating datasets or attributes once readers may attach, so every table is
+created up front. A crashed SWMR writer leaves the file's consistency flags set; instead
+of patching the superblock, `RunLog.resume` rebuilds the file from the readable rows up to
+the checkpoint and swaps it in atomically, which also drops rows the resumed run will redo.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+FORMAT_VERSION = 1
+
+TABLES: dict[str, list[tuple[str, str]]] = {
+    "train": [
+        ("update", "i8"), ("frames", "i8"), ("wall_time", "f8"), ("loss", "f4"),
+        ("policy_loss", "f4"), ("value_loss", "f4"), ("entropy", "f4"), ("grad_norm", "f4"),
+        ("lr", "f4"), ("dp_per_s", "f4"), ("contributors", "i4"), ("effective_batch", "i4"),
+        ("policy_lag", "f4"), ("dropped", "i4"), ("staleness", "f4"),
+        ("t_sim", "f4"), ("t_predict", "f4"), ("t_train", "f4"), ("t_sync", "f4"),
+        ("restart", "i4"),
+    ],
+    "episodes": [
+        ("rank", "i4"), ("frames", "i8"), ("wall_time", "f8"), ("return", "f4"), ("length", "i4"),
+    ],
+    "eval": [
+        ("update", "i8"), ("frames", "i8"), ("wall_time", "f8"), ("mean_return", "f4"),
+        ("std_return", "f4"), ("max_return", "f4"), ("episodes", "i4"),
+    ],
+    "ranks": [
+        ("update", "i8"), ("wall_time", "f8"), ("rank", "i4"), ("frames", "i8"),
+        ("dp_per_s", "f4"), ("t_compute", "f4"), ("t_sync", "f4"), ("t_sim", "f4"),
+        ("t_predict", "f4"), ("contributed", "i4"),
+    ],
+}
+# The column that says which rows a resume from update U / frame F keeps.
+_RESUME_KEY = {"train": "update", "episodes": "frames", "eval": "update", "ranks": "update"}
+
+
+def table_dtype(name: str) -> np.dtype:
+    return np.dtype(TABLES[name])
+
+
+def _create_tables(f: h5py.File) -> None:
+    for name in TABLES:
+        f.create_dataset(name, shape=(0,), maxshape=(None,), dtype=table_dtype(name),
+                         chunks=(1024,))
+
+
+class RunLog:
+    """Append-only writer for the four tables; rows buffer in memory and flush on a timer."""
+
+    def __init__(self, f: h5py.File, flush_seconds: float = 2.0):
+        self._f = f
+        self._pending: dict[str, list[tuple]] = {name: [] for name in TABLES}
+        self._flush_seconds = flush_seconds
+        self._last_flush = time.monotonic()
+        f.swmr_mode = True
+
+    @classmethod
+    def create(cls, path: Path, attrs: dict[str, Any], flush_seconds: float = 2.0) -> "RunLog":
+        f = h5py.File(path, "w", libver="latest")
+        _create_tables(f)
+        f.attrs["format_version"] = FORMAT_VERSION
+        f.attrs["restarts"] = 0
+        for k, v in attrs.items():
+            f.attrs[k] = v
+        return cls(f, flush_seconds)
+
+    @classmethod
+    def resume(cls, path: Path, update: int, frames: int, restarts: int,
+               attrs: dict[str, Any], flush_seconds: float = 2.0) -> "RunLog":
+        """Rebuild the log keeping rows up to the checkpoint (update, frames), then reopen it."""
+        tmp = path.with_suffix(".h5.tmp")
+        with h5py.File(path, "r", swmr=True) as old, h5py.File(tmp, "w", libver="latest") as new:
+            _create_tables(new)
+            for k, v in old.attrs.items():
+                new.attrs[k] = v
+            for name in TABLES:
+                if name not in old:
+                    continue
+                rows = old[name][:]
+                limit = frames if _RESUME_KEY[name] == "frames" else update
+                rows = rows[rows[_RESUME_KEY[name]] <= limit]
+                new[name].resize((len(rows),))
+                new[name][:] = rows.astype(table_dtype(name))
+            new.attrs["restarts"] = restarts
+            for k, v in attrs.items():
+                new.attrs[k] = v
+        os.replace(tmp, path)
+        return cls(h5py.File(path, "a", libver="latest"), flush_seconds)
+
+    def append(self, table: str, row: dict[str, Any]) -> None:
+        dtype = table_dtype(table)
+        self._pending[table].append(tuple(row.get(n, 0) for n in dtype.names))
+        if time.monotonic() - self._last_flush >= self._flush_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        for name, rows in self._pending.items():
+            if not rows:
+                continue
+            ds = self._f[name]
+            n = ds.shape[0]
+            ds.resize((n + len(rows),))
+            ds[n:] = np.array(rows, dtype=table_dtype(name))
+            rows.clear()
+        self._f.flush()
+        self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        if self._f.id.valid:
+            self.flush()
+            self._f.close()
+
+
+def open_log(path: str | Path) -> h5py.File:
+    """Open a run log for reading, also while it is written or after its writer was killed."""
+    return h5py.File(path, "r", swmr=True)
+
+
+def read_table(f: h5py.File, name: str) -> np.ndarray:
+    ds = f[name]
+    ds.refresh()
+    return ds[:]
+
+
+def read_config(f: h5py.File) -> dict[str, Any]:
+    return json.loads(f.attrs["config"])

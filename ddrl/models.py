@@ -1,0 +1,54 @@
+"""Actor-critic networks: the paper's BA3C net, the Nature CNN, the small A3C net, and an MLP."""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from ddrl.config import ModelConfig
+
+L = tf.keras.layers
+
+# name -> conv stack (filters, kernel, stride, maxpool after); the paper's net uses stride-1
+# 5x5 VALID convolutions with 2x2 max-pooling (84->80->40->36->18->14->7->5).
+CONV_STACKS = {
+    "ddrl": [(32, 5, 1, True), (32, 5, 1, True), (64, 5, 1, True), (64, 3, 1, False)],
+    "nature": [(32, 8, 4, False), (64, 4, 2, False), (64, 3, 1, False)],
+    "a3c": [(16, 8, 4, False), (32, 4, 2, False)],
+}
+FC_WIDTH = {"nature": 512, "a3c": 256}
+
+
+def build_model(cfg: ModelConfig, obs_shape: tuple[int, ...], n_actions: int) -> tf.keras.Model:
+    """Outputs (policy logits, value), both float32 whatever the compute precision."""
+    tf.keras.mixed_precision.set_global_policy(
+        "mixed_bfloat16" if cfg.precision == "bfloat16" else "float32")
+    if cfg.arch == "mlp":
+        inputs = L.Input(obs_shape, dtype=tf.float32)
+        x = inputs
+        for width in cfg.hidden:
+            x = L.Dense(width, activation="tanh")(x)
+    else:
+        inputs = L.Input(obs_shape, dtype=tf.uint8)
+        # ale-py stacks frames channels-first; TF's CPU convolutions want channels-last.
+        x = L.Permute((2, 3, 1))(L.Rescaling(1.0 / 255)(inputs))
+        for filters, kernel, stride, pool in CONV_STACKS[cfg.arch]:
+            x = L.Conv2D(filters, kernel, stride, padding="valid", activation="relu")(x)
+            if pool:
+                x = L.MaxPooling2D(2)(x)
+        x = L.Flatten()(x)
+        x = L.Dense(cfg.fc if cfg.arch == "ddrl" else FC_WIDTH[cfg.arch], activation="relu")(x)
+    logits = L.Dense(n_actions, dtype="float32", name="policy")(x)
+    value = L.Dense(1, dtype="float32", name="value")(x)
+    return tf.keras.Model(inputs, [logits, tf.squeeze(value, -1)], name=cfg.arch)
+
+
+def forward_flops(model: tf.keras.Model) -> int:
+    """Multiply-adds x 2 of one observation's forward pass (conv and dense layers)."""
+    flops = 0
+    for layer in model.layers:
+        if isinstance(layer, L.Conv2D):
+            _, h, w, c_out = layer.output_shape
+            kh, kw = layer.kernel_size
+            flops += 2 * h * w * c_out * kh * kw * layer.input_shape[-1]
+        elif isinstance(layer, L.Dense):
+            flops += 2 * layer.kernel.shape[0] * layer.kernel.shape[1]
+    return flops

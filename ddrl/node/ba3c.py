@@ -1,0 +1,92 @@
+"""The paper's BA3C node: predictor threads batch whichever simulators are ready, a FIFO of
+n-step segments decouples acting from training, and the trainer takes fixed-size batches.
+
+Each predictor owns a group of simulators in one ale-py vector env whose C++ threads step
+while the predictor runs inference (both release the GIL); the trainer runs concurrently.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numpy as np
+
+from ddrl.config import Config
+from ddrl.node.base import Node
+from ddrl.node.experience import Batch, ExperienceFifo, SegmentBuilder
+from ddrl.node.learner import Learner, sample_actions
+
+
+class BA3CNode(Node):
+    def __init__(self, cfg: Config, learner: Learner, rank: int, restart: int):
+        super().__init__(cfg, learner, rank, restart)
+        n = cfg.node
+        self._stop = threading.Event()
+        capacity = n.queue_size or 4 * n.batch_size
+        self.fifo = ExperienceFifo(math.ceil(capacity / n.t_max), self._stop)
+        groups = np.array_split(np.arange(n.n_sim), n.predictors)
+        self._pools = []
+        for g, members in enumerate(groups):
+            # Half the group per inference batch keeps the other half stepping meanwhile.
+            batch = min(n.predict_batch or max(1, len(members) // 2), len(members))
+            self._pools.append(self.make_pool(f"sim{g}", len(members), batch))
+        self._threads = [threading.Thread(target=self._predictor, args=(g, pool), daemon=True,
+                                          name=f"predictor-{g}")
+                         for g, pool in enumerate(self._pools)]
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def _predictor(self, group: int, pool) -> None:
+        try:
+            self._predict_loop(group, pool)
+        except BaseException as exc:  # surfaced to the trainer thread, which owns the exit
+            self._error = exc
+            self._stop.set()
+
+    def _predict_loop(self, group: int, pool) -> None:
+        n = self.cfg.node
+        rng = self.rng(f"actions{group}")
+        builders = [SegmentBuilder(n.t_max, n.gamma) for _ in range(pool.num_envs)]
+        # The observation and action each simulator is waiting on the result of.
+        last_obs: list[np.ndarray | None] = [None] * pool.num_envs
+        last_action = np.zeros(pool.num_envs, np.int32)
+        while not self._stop.is_set():
+            t0 = time.perf_counter()
+            step = pool.recv()
+            t1 = time.perf_counter()
+            logits, values = self.learner.predict(step.obs)
+            actions = sample_actions(logits, rng)
+            pool.send(actions)
+            t2 = time.perf_counter()
+            update = self.update
+            for i, env in enumerate(step.env_ids):
+                if last_obs[env] is not None:
+                    done = bool(step.done[i])
+                    if builders[env].add(last_obs[env], last_action[env], float(step.reward[i]),
+                                         done, update):
+                        segment = builders[env].flush(0.0 if done else float(values[i]))
+                        if not self.fifo.put(segment):
+                            return
+                last_obs[env] = step.obs[i]
+                last_action[env] = actions[i]
+            with self._lock:
+                self.t_sim += t1 - t0
+                self.t_predict += t2 - t1
+            self.record(len(step.env_ids) * pool.frames_per_step, step.episodes)
+
+    def next_batch(self) -> Batch | None:
+        batch = self.fifo.take(self.cfg.node.batch_size)
+        if self._error is not None:
+            raise self._error
+        return batch
+
+    def close(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=10)
+        for pool in self._pools:
+            pool.close()

@@ -1,0 +1,58 @@
+"""What the trainer loop needs from a node, whichever way it gathers experience."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ddrl.config import Config
+from ddrl.envs import make_pool
+from ddrl.node.experience import Batch
+from ddrl.node.learner import Learner
+from ddrl.seeding import derive_seed, rng
+
+
+class Node:
+    """Counters are cumulative; the trainer logs their differences per update."""
+
+    def __init__(self, cfg: Config, learner: Learner, rank: int, restart: int):
+        self.cfg = cfg
+        self.learner = learner
+        self.rank = rank
+        # Seeds differ per restart too, so a resumed run does not replay the same games.
+        self._restart = restart
+        self.frames = 0
+        self.t_sim = 0.0
+        self.t_predict = 0.0
+        self.update = 0
+        self._episodes: list[tuple[int, float, int]] = []
+        self._lock = threading.Lock()
+
+    def make_pool(self, name: str, num_envs: int, batch_size: int = 0):
+        tag = f"{name}/{self._restart}"
+        return make_pool(self.cfg, num_envs, derive_seed(self.cfg.run.seed, self.rank, tag),
+                         train=True, batch_size=batch_size,
+                         rng=rng(self.cfg.run.seed, self.rank, tag + "/decorrelate"))
+
+    def rng(self, name: str) -> np.random.Generator:
+        return rng(self.cfg.run.seed, self.rank, f"{name}/{self._restart}")
+
+    def record(self, frames: int, episodes: list[tuple[int, float, int]]) -> None:
+        with self._lock:
+            self.frames += frames
+            self._episodes.extend((self.frames, ret, length) for _, ret, length in episodes)
+
+    def pop_episodes(self) -> list[tuple[int, float, int]]:
+        """(local frames when it ended, return, length) of games finished since the last call."""
+        with self._lock:
+            out, self._episodes = self._episodes, []
+        return out
+
+    def start(self) -> None:
+        pass
+
+    def next_batch(self) -> Batch | None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass

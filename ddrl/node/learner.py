@@ -1,0 +1,89 @@
+"""The network, its Adam state and the compiled steps every node mode shares.
+
+Gradients leave as one flat float32 vector: the sync backends all-reduce or shard that one
+buffer, and the update applies a flat vector, so every rank runs the same Adam step.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from ddrl.algos.actor_critic import actor_critic_loss, clip_by_average_norm
+from ddrl.config import Config
+from ddrl.models import build_model
+from ddrl.optim import make_adam
+
+STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "grad_norm")
+
+
+class Learner:
+    def __init__(self, cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
+                 n_actions: int, workers: int = 1):
+        self.cfg = cfg
+        self.n_actions = n_actions
+        self.model = build_model(cfg.model, obs_shape, n_actions)
+        self.variables = self.model.trainable_variables
+        self.optimizer = make_adam(cfg.optim, workers)
+        self.optimizer.build(self.variables)
+        self.sizes = [int(np.prod(v.shape)) for v in self.variables]
+        self.num_params = sum(self.sizes)
+        obs_spec = tf.TensorSpec((None, *obs_shape), tf.as_dtype(obs_dtype))
+        self._predict = tf.function(self._predict_fn, input_signature=[obs_spec])
+        self._gradients = tf.function(self._gradients_fn, input_signature=[
+            obs_spec, tf.TensorSpec((None,), tf.int32), tf.TensorSpec((None,), tf.float32)])
+        self._apply = tf.function(self._apply_fn, input_signature=[
+            tf.TensorSpec((self.num_params,), tf.float32)])
+
+    def _predict_fn(self, obs):
+        return self.model(obs, training=False)
+
+    def _gradients_fn(self, obs, actions, returns):
+        o = self.cfg.optim
+        with tf.GradientTape() as tape:
+            logits, values = self.model(obs, training=True)
+            loss, stats = actor_critic_loss(logits, values, actions, returns, o.entropy, o.value_coef)
+        grads = tape.gradient(loss, self.variables)
+        stats["grad_norm"] = tf.linalg.global_norm(grads)
+        if o.clip > 0:
+            grads = [clip_by_average_norm(g, o.clip) for g in grads]
+        flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in grads], axis=0)
+        return flat, [stats[n] for n in STAT_NAMES]
+
+    def _apply_fn(self, flat):
+        grads = [tf.reshape(g, v.shape) for g, v in zip(tf.split(flat, self.sizes), self.variables)]
+        self.optimizer.apply_gradients(zip(grads, self.variables))
+
+    def predict(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        logits, values = self._predict(obs)
+        return logits.numpy(), values.numpy()
+
+    def gradients(self, obs: np.ndarray, actions: np.ndarray, returns: np.ndarray
+                  ) -> tuple[np.ndarray, dict[str, float]]:
+        flat, stats = self._gradients(obs, actions.astype(np.int32), returns.astype(np.float32))
+        return flat.numpy(), {n: float(s) for n, s in zip(STAT_NAMES, stats)}
+
+    def apply(self, flat_grad: np.ndarray) -> None:
+        self._apply(tf.constant(flat_grad, tf.float32))
+
+    @property
+    def lr(self) -> float:
+        return float(tf.keras.backend.get_value(self.optimizer.learning_rate))
+
+    def get_weights(self) -> np.ndarray:
+        return np.concatenate([v.numpy().ravel() for v in self.variables]).astype(np.float32)
+
+    def set_weights(self, flat: np.ndarray) -> None:
+        for v, part in zip(self.variables, np.split(flat, np.cumsum(self.sizes)[:-1])):
+            v.assign(part.reshape(v.shape))
+
+    def get_optimizer_state(self) -> list[np.ndarray]:
+        return [v.numpy() for v in self.optimizer.variables]
+
+    def set_optimizer_state(self, arrays: list[np.ndarray]) -> None:
+        for v, a in zip(self.optimizer.variables, arrays):
+            v.assign(a)
+
+
+def sample_actions(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Gumbel-max sampling from the policy with the rank's own generator (reproducible)."""
+    return np.argmax(logits - np.log(-np.log(rng.random(logits.shape))), axis=-1).astype(np.int32)

@@ -1,0 +1,197 @@
+"""The update loop every rank runs: batch -> gradients -> sync -> update, with rank 0 also
+logging, evaluating and checkpointing.
+
+Control decisions travel in the gradient collective's side channel, so all ranks stop after
+the same update for the same reason: slot 0 counts ranks that received a stop signal, slot 1
+is rank 0's stop code (target reached, time up), slot 2 sums the frames each rank simulated,
+then one block of per-rank figures per rank.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ddrl import checkpoint
+from ddrl.config import Config
+from ddrl.dist.sync import LocalSync
+from ddrl.dist.world import World
+from ddrl.evaluate import BackgroundEvaluator, evaluate
+from ddrl.log import RunLog
+from ddrl.node.base import Node
+from ddrl.node.learner import Learner
+from ddrl.progress import Progress
+from ddrl.seeding import derive_seed
+
+RANK_FIELDS = ("frames", "dp_per_s", "t_compute", "t_sync", "t_sim", "t_predict")
+ROOT_STOPS = ("", "target", "time")
+HEADER = 3
+EXIT_SIGNALLED = 3
+
+
+@dataclass
+class Counters:
+    update: int = 0
+    frames: int = 0
+    wall_time: float = 0.0
+    restarts: int = 0
+
+
+class Trainer:
+    def __init__(self, cfg: Config, world: World, learner: Learner, node: Node, sync: LocalSync,
+                 run_dir: Path, counters: Counters, log: RunLog | None,
+                 evaluator: BackgroundEvaluator | None):
+        self.cfg, self.world, self.learner, self.node, self.sync = cfg, world, learner, node, sync
+        self.run_dir = run_dir
+        self.c = counters
+        self.log = log
+        self.evaluator = evaluator
+        self.progress = Progress(cfg.run.progress_seconds, cfg.run.max_frames, cfg.run.max_minutes)
+        self._slow = world.rank in cfg.debug.slow_ranks and cfg.debug.slow_factor > 1
+        self._target_reached = False
+
+    def _extras(self, signalled: bool, frames: int, figures: list[float]) -> np.ndarray:
+        extras = np.zeros(HEADER + len(RANK_FIELDS) * self.world.size, np.float32)
+        extras[0], extras[2] = float(signalled), frames
+        if self.world.is_root:
+            extras[1] = ROOT_STOPS.index(self._root_stop())
+        start = HEADER + len(RANK_FIELDS) * self.world.rank
+        extras[start:start + len(RANK_FIELDS)] = figures
+        return extras
+
+    def _root_stop(self) -> str:
+        """Rank 0 alone evaluates and keeps the clock; frames are global, so all agree on them."""
+        if self._target_reached:
+            return "target"
+        if self.cfg.run.max_minutes and self.c.wall_time >= self.cfg.run.max_minutes * 60:
+            return "time"
+        return ""
+
+    def run(self) -> int:
+        cfg, c = self.cfg, self.c
+        fields = len(RANK_FIELDS)
+        t_origin = time.perf_counter() - c.wall_time
+        last_ckpt = time.monotonic()
+        sim0, pred0 = self.node.t_sim, self.node.t_predict
+        frames_reported = 0
+        window = {"updates": 0, "dp": 0, "t_sync": 0.0, "t_train": 0.0, "start": c.wall_time}
+        last_sync = 0.0
+        with checkpoint.StopSignals() as signals:
+            self.node.start()
+            while True:
+                t0 = time.perf_counter()
+                batch = self.node.next_batch()
+                t1 = time.perf_counter()
+                grad, stats = self.learner.gradients(batch.obs, batch.actions, batch.returns)
+                t_train = time.perf_counter() - t1
+                if self._slow:
+                    time.sleep((cfg.debug.slow_factor - 1) * (time.perf_counter() - t0))
+                frames_new = self.node.frames - frames_reported
+                frames_reported += frames_new
+                sim, pred = self.node.t_sim - sim0, self.node.t_predict - pred0
+                sim0, pred0 = self.node.t_sim, self.node.t_predict
+                step_time = time.perf_counter() - t0 + last_sync
+                extras = self._extras(signals.received is not None, frames_new,
+                                      [frames_new, len(batch) / max(step_time, 1e-9), t_train,
+                                       last_sync, sim, pred])
+                res = self.sync.update(self.learner, grad, extras)
+                last_sync = res.seconds
+                c.update += 1
+                self.node.update = c.update
+                c.frames += int(round(res.extras[2]))
+                c.wall_time = time.perf_counter() - t_origin
+                window["updates"] += 1
+                window["dp"] += len(batch) * res.contributors
+                window["t_sync"] += res.seconds
+                window["t_train"] += t_train
+                if self.world.is_root:
+                    self._root_bookkeeping(batch, stats, res, window,
+                                           res.extras[HEADER:].reshape(self.world.size, fields),
+                                           sim, pred)
+                    if time.monotonic() - last_ckpt >= cfg.run.checkpoint_minutes * 60:
+                        self._checkpoint()
+                        last_ckpt = time.monotonic()
+                if res.extras[0] > 0:
+                    reason = "signal"
+                elif res.extras[1] > 0:
+                    reason = ROOT_STOPS[int(round(res.extras[1]))]
+                elif c.frames >= cfg.run.max_frames:
+                    reason = "frames"
+                else:
+                    continue
+                break
+        return self._finish(reason)
+
+    def _root_bookkeeping(self, batch, stats, res, window, ranks, sim, pred) -> None:
+        cfg, c, log = self.cfg, self.c, self.log
+        for frames_at, ret, length in self.node.pop_episodes():
+            # Local frame counts are scaled to the global count: ranks play at similar rates.
+            log.append("episodes", {"rank": 0, "frames": c.frames, "wall_time": c.wall_time,
+                                    "return": ret, "length": length})
+            self.progress.online.append(ret)
+        if c.update % cfg.run.log_every == 0:
+            span = max(c.wall_time - window["start"], 1e-9)
+            n = window["updates"]
+            log.append("train", {
+                "update": c.update, "frames": c.frames, "wall_time": c.wall_time,
+                **stats, "lr": self.learner.lr, "dp_per_s": window["dp"] / span,
+                "contributors": res.contributors, "effective_batch": len(batch) * res.contributors,
+                "policy_lag": float(c.update - 1 - batch.acted_at.mean()),
+                "dropped": res.dropped, "staleness": res.staleness,
+                "t_sim": sim, "t_predict": pred, "t_train": window["t_train"] / n,
+                "t_sync": window["t_sync"] / n, "restart": c.restarts})
+            for r, row in enumerate(ranks):
+                log.append("ranks", {"update": c.update, "wall_time": c.wall_time, "rank": r,
+                                     **dict(zip(RANK_FIELDS, row)), "contributed": 1})
+            window.update(updates=0, dp=0, t_sync=0.0, t_train=0.0, start=c.wall_time)
+        self._poll_eval(wait=False)
+        if (self.evaluator is not None and cfg.eval.episodes and c.update % cfg.eval.every == 0
+                and not self.evaluator.busy):
+            self.evaluator.start(self.learner.get_weights(), c.update, c.frames, c.wall_time)
+        self.progress.maybe_print(c.frames, c.wall_time, c.update)
+
+    def _poll_eval(self, wait: bool) -> None:
+        if self.evaluator is None:
+            return
+        done = self.evaluator.poll(wait=wait)
+        if done is None:
+            return
+        update, frames, wall_time, res = done
+        self._log_eval(update, frames, wall_time, res)
+
+    def _log_eval(self, update, frames, wall_time, res) -> None:
+        self.log.append("eval", {"update": update, "frames": frames, "wall_time": wall_time,
+                                 "mean_return": res.mean, "std_return": res.std,
+                                 "max_return": res.max, "episodes": res.episodes})
+        self.progress.eval_score = res.mean
+        target = self.cfg.eval.target
+        if target is not None and res.mean >= target:
+            self._target_reached = True
+
+    def _checkpoint(self) -> Path:
+        c = self.c
+        return checkpoint.save(self.run_dir / "checkpoints", checkpoint.Checkpoint(
+            c.update, c.frames, c.wall_time, c.restarts, self.learner.get_weights(),
+            self.learner.get_optimizer_state()), self.cfg.run.keep_checkpoints)
+
+    def _finish(self, reason: str) -> int:
+        self.node.close()
+        code = EXIT_SIGNALLED if reason == "signal" else 0
+        if not self.world.is_root:
+            return code
+        c = self.c
+        if reason != "signal":
+            self._poll_eval(wait=True)
+        if reason in ("frames", "time") and self.cfg.eval.episodes:
+            # A run that ends on its budget gets a score for its last weights.
+            res = evaluate(self.cfg, self.learner, self.cfg.eval.episodes,
+                           derive_seed(self.cfg.run.seed, 0, f"final-eval/{c.update}"))
+            self._log_eval(c.update, c.frames, c.wall_time, res)
+        path = self._checkpoint()
+        self.log.close()
+        self.progress.maybe_print(c.frames, c.wall_time, c.update, force=True)
+        print(f"[ddrl] stopped ({reason}) after {c.update} updates, {c.frames:,} frames; "
+              f"log {self.run_dir / 'log.h5'}, checkpoint {path}", flush=True)
+        return code

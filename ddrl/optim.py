@@ -1,0 +1,21 @@
+"""Adam with the paper's tuned constants, and learning-rate scaling rules for many workers."""
+from __future__ import annotations
+
+import math
+
+import tensorflow as tf
+
+from ddrl.config import OptimConfig
+
+
+def scaled_lr(cfg: OptimConfig, workers: int) -> float:
+    """The paper found linear scaling unstable for Adam (so `none` is the default);
+    the accelerated-methods paper found sqrt(batch) scaling best for large-batch A2C."""
+    factor = {"none": 1.0, "sqrt": math.sqrt(workers), "linear": float(workers)}[cfg.lr_scaling]
+    return cfg.lr * factor
+
+
+def make_adam(cfg: OptimConfig, workers: int) -> tf.keras.optimizers.Adam:
+    # Keras' epsilon is TF1's "epsilon hat" (added to sqrt(v_hat)), as in the authors' TF 1.2 code.
+    return tf.keras.optimizers.Adam(learning_rate=scaled_lr(cfg, workers), beta_1=cfg.beta1,
+                                    beta_2=cfg.beta2, epsilon=cfg.eps)

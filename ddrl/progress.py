@@ -1,0 +1,38 @@
+"""The one-line console progress report of rank 0."""
+from __future__ import annotations
+
+import sys
+import time
+
+
+def _hms(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class Progress:
+    def __init__(self, every_seconds: float, max_frames: int, max_minutes: float):
+        self._every = every_seconds
+        self._max_frames = max_frames
+        self._max_seconds = max_minutes * 60
+        self._last = time.monotonic()
+        self._last_frames = 0
+        self.online: list[float] = []
+        self.eval_score: float | None = None
+
+    def maybe_print(self, frames: int, elapsed: float, update: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < self._every:
+            return
+        rate = (frames - self._last_frames) / max(now - self._last, 1e-9)
+        self._last, self._last_frames = now, frames
+        left = (self._max_frames - frames) / rate if rate > 0 else float("inf")
+        if self._max_seconds:
+            left = min(left, self._max_seconds - elapsed)
+        recent = self.online[-20:]
+        online = f"{sum(recent) / len(recent):.1f}" if recent else "-"
+        score = f"{self.eval_score:.1f}" if self.eval_score is not None else "-"
+        left_text = _hms(left) if left != float("inf") else "?"
+        print(f"[ddrl] update {update}  frames {frames:,}  {rate:,.0f} frames/s  "
+              f"online {online}  eval {score}  elapsed {_hms(elapsed)}  left {left_text}",
+              file=sys.stdout, flush=True)

@@ -1,0 +1,137 @@
+"""`ddrl train JOB.toml [--set k=v ...] [--out DIR] [--resume]`: set up one rank and run it."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ddrl import checkpoint
+from ddrl.config import Config, load_config
+from ddrl.errors import DdrlError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", help="TOML job file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set optim.lr=5e-4 (repeatable)")
+    p.add_argument("--out", help="run directory (default: runs/<job>-<slurm job id or time>)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its latest checkpoint")
+
+
+def default_run_dir(job: str) -> Path:
+    stem = Path(job).stem
+    env = os.environ
+    if "SLURM_ARRAY_JOB_ID" in env:
+        tag = f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID', '0')}"
+    elif "SLURM_JOB_ID" in env:
+        tag = env["SLURM_JOB_ID"]
+    else:
+        tag = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{stem}-{tag}"
+
+
+def _prepare_run_dir(run_dir: Path, resume: bool) -> Path | None:
+    """The checkpoint to resume from; refuses to write over an existing run's log."""
+    if resume:
+        ckpt = checkpoint.latest(run_dir / "checkpoints")
+        if ckpt is None:
+            raise DdrlError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
+        if not (run_dir / "log.h5").is_file():
+            raise DdrlError(f"--resume: {run_dir / 'log.h5'} is missing")
+        return ckpt
+    if (run_dir / "log.h5").exists():
+        raise DdrlError(f"{run_dir} already holds a run: pass --resume, or choose another --out")
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from ddrl.envs import check_env_id
+
+    cfg = load_config(args.job, args.set)
+    check_env_id(cfg.env.id)
+    from ddrl.dist.world import discover
+
+    world = discover(need_mpi=False)
+    run_dir = Path(args.out) if args.out else default_run_dir(args.job)
+    if world.comm is not None:
+        run_dir = Path(world.comm.bcast(str(run_dir), root=0))
+    ckpt_path = _prepare_run_dir(run_dir, args.resume)
+    if world.comm is not None:
+        # Every rank checked the shared run directory; none proceeds unless all agreed.
+        world.comm.Barrier()
+    return _train(cfg, world, run_dir, ckpt_path)
+
+
+def _train(cfg: Config, world, run_dir: Path, ckpt_path: Path | None) -> int:
+    from ddrl.cpus import configure_tensorflow, cores_per_rank
+
+    configure_tensorflow(cores_per_rank(cfg.node.threads, world.local_size),
+                         deterministic=cfg.node.mode == "a2c")
+    import tensorflow as tf
+
+    from ddrl.dist.sync import make_sync
+    from ddrl.envs import env_spec
+    from ddrl.evaluate import BackgroundEvaluator
+    from ddrl.info import versions
+    from ddrl.log import RunLog
+    from ddrl.node.learner import Learner
+    from ddrl.node.trainer import Counters, Trainer
+    from ddrl.seeding import derive_seed
+
+    tf.random.set_seed(derive_seed(cfg.run.seed, 0, "init"))
+    spec = env_spec(cfg)
+    learner = Learner(cfg, *spec, workers=world.size)
+    sync = make_sync(cfg.sync.backend, world)
+    counters = Counters()
+    if ckpt_path is not None:
+        ckpt = checkpoint.load(ckpt_path)
+        counters = Counters(ckpt.update, ckpt.frames, ckpt.wall_time, ckpt.restarts + 1)
+        if world.is_root:
+            learner.set_weights(ckpt.weights)
+            learner.set_optimizer_state(ckpt.optimizer)
+    # Identical start: rank 0's weights and Adam state (fresh or resumed) on every rank.
+    learner.set_weights(sync.broadcast(learner.get_weights()))
+    learner.set_optimizer_state([sync.broadcast(a) for a in learner.get_optimizer_state()])
+
+    log = evaluator = None
+    if world.is_root:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.toml").write_text(cfg.to_toml())
+        attrs = {"config": cfg.to_json(), "world_size": world.size, "nodes": world.nodes,
+                 "versions": json.dumps(versions()), "sync_backend": sync.name}
+        if ckpt_path is None:
+            attrs["start_time"] = datetime.datetime.now().astimezone().isoformat()
+            log = RunLog.create(run_dir / "log.h5", attrs)
+        else:
+            log = RunLog.resume(run_dir / "log.h5", counters.update, counters.frames,
+                                counters.restarts, attrs)
+        if cfg.eval.episodes:
+            evaluator = BackgroundEvaluator(cfg, lambda: Learner(cfg, *spec),
+                                            derive_seed(cfg.run.seed, 0, "eval"))
+        print(f"[ddrl] {cfg.env.id} {cfg.node.mode} x {world.size} rank(s) on {world.nodes} "
+              f"node(s), {learner.num_params:,} parameters, sync {sync.name}, "
+              f"run directory {run_dir}" + (f" (resumed at update {counters.update})"
+                                            if ckpt_path else ""), flush=True)
+    node_cls = _node_class(cfg)
+    node = node_cls(cfg, learner, world.rank, counters.restarts)
+    node.update = counters.update
+    trainer = Trainer(cfg, world, learner, node, sync, run_dir, counters, log, evaluator)
+    try:
+        return trainer.run()
+    finally:
+        sync.close()
+
+
+def _node_class(cfg: Config):
+    if cfg.node.mode == "a2c":
+        from ddrl.node.a2c import A2CNode
+
+        return A2CNode
+    from ddrl.node.ba3c import BA3CNode
+
+    return BA3CNode

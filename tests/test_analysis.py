@@ -1,0 +1,198 @@
+"""`ddrl analyze` and the analysis package, on logs of real short CartPole training runs."""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.image import imread
+
+from analysis.load import load_run, load_runs
+from analysis.plots import plot_learning_curves, plot_losses, plot_ranks, plot_scaling
+from analysis.scaling import scaling_table
+from analysis.scores import human_normalized
+from analysis.summary import run_labels, summarize
+from ddrl.errors import DdrlError
+
+REPO = Path(__file__).resolve().parents[1]
+JOB = "jobs/cartpole.toml"
+FRAMES = 30_000
+# The two runs differ in this one value, so labels and the sweep figure come from it.
+SWEEP = ("optim.lr", ["0.001", "0.003"])
+
+
+def ddrl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ddrl", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def run_dirs(tmp_path_factory) -> list[Path]:
+    """Two short real training runs (sequential: the test machine has few cores)."""
+    base = tmp_path_factory.mktemp("runs")
+    dirs = []
+    for i, value in enumerate(SWEEP[1]):
+        out = base / f"run{i}"
+        proc = ddrl("train", JOB, "--out", str(out), "--set", f"run.max_frames={FRAMES}",
+                    "--set", f"{SWEEP[0]}={value}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        dirs.append(out)
+    return dirs
+
+
+@pytest.fixture(scope="module")
+def runs(run_dirs):
+    return load_runs(run_dirs)
+
+
+def raw(run_dir: Path, table: str) -> np.ndarray:
+    with h5py.File(run_dir / "log.h5", "r", swmr=True) as f:
+        return f[table][:]
+
+
+def raw_max(run_dir: Path, column: str, tables=("train", "episodes", "eval")) -> int:
+    """The largest value of a column in the global tables (/ranks counts per-rank frames)."""
+    return max(int(raw(run_dir, t)[column].max()) for t in tables if len(raw(run_dir, t)))
+
+
+def test_summary_one_row_per_run_with_logged_frames(run_dirs, runs):
+    summary = summarize(runs)
+    assert list(summary["run"]) == [d.name for d in run_dirs]
+    for row, run_dir in zip(summary.itertuples(), run_dirs):
+        assert row.frames == raw_max(run_dir, "frames")
+        # A run stops at max_frames, or earlier once an evaluation reaches eval.target.
+        assert row.frames >= FRAMES or row.best_eval >= row.target
+        assert row.updates == raw_max(run_dir, "update", ("train", "eval"))
+        assert row.wall_time > 0 and row.dp_per_s > 0
+        assert row.game == "CartPole" and math.isnan(row.hns_best)
+    # The only config difference becomes a column, with each run's own value.
+    assert [f"{v:g}" for v in summary[SWEEP[0]]] == [f"{float(v):g}" for v in SWEEP[1]]
+
+
+def test_time_to_target_is_first_eval_row_at_or_above(run_dirs, runs):
+    evals = raw(run_dirs[0], "eval")
+    assert len(evals) >= 2, "the CartPole job should evaluate several times in a short run"
+    # A target that some, but usually not the first, evaluation reaches.
+    target = float(np.median(evals["mean_return"]))
+    first = evals[np.flatnonzero(evals["mean_return"] >= target)[0]]
+    row = summarize(runs[:1], target=target).iloc[0]
+    assert row.time_to_target == pytest.approx(first["wall_time"])
+    assert row.frames_to_target == first["frames"]
+    assert row.best_eval == pytest.approx(evals["mean_return"].max())
+    assert row.last_eval == pytest.approx(evals["mean_return"][-1])
+    never = summarize(runs[:1], target=float(evals["mean_return"].max()) + 1).iloc[0]
+    assert math.isnan(never.time_to_target) and math.isnan(never.frames_to_target)
+
+
+def test_cli_writes_summary_csv_and_valid_pngs(run_dirs, tmp_path):
+    evals = raw(run_dirs[0], "eval")
+    target = float(evals["mean_return"].min())
+    proc = ddrl("analyze", *map(str, run_dirs), "--target", str(target), "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    csv = pd.read_csv(tmp_path / "summary.csv")
+    assert list(csv["frames"]) == [raw_max(d, "frames") for d in run_dirs]
+    assert csv["time_to_target"].iloc[0] == pytest.approx(evals["wall_time"][0])
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert {"curves.png", "losses.png", f"throughput-{SWEEP[0]}.png"} <= set(pngs)
+    for name in pngs:
+        image = imread(tmp_path / name)
+        assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+        assert image.std() > 0, f"{name} is blank"
+
+
+def test_curves_have_one_line_per_run_and_config_labels(runs):
+    labels = run_labels(runs)
+    assert labels == [f"{SWEEP[0]}={float(v)}" for v in SWEEP[1]]
+    fig = plot_learning_curves(runs, labels, target=100.0)
+    axes = np.array(fig.axes).reshape(2, 2)
+    for col in range(2):
+        # Eval: mean and max per run, plus the target line; online score: one per run.
+        assert len(axes[0, col].lines) == 2 * len(runs) + 1
+        assert len(axes[1, col].lines) == len(runs)
+        assert axes[0, col].get_legend_handles_labels()[1] == labels
+    losses = plot_losses(runs, labels)
+    for ax in losses.axes:
+        assert len(ax.lines) == len(runs)
+        np.testing.assert_array_equal(ax.lines[0].get_xdata(), runs[0]["train"]["frames"])
+
+
+def test_rank_figure_has_one_throughput_line_per_rank(runs):
+    run = runs[0]
+    fig = plot_ranks(run)
+    assert len(fig.axes[0].lines) == run["ranks"]["rank"].nunique() >= 1
+
+
+def test_scaling_ideal_line_and_efficiency(runs):
+    # Two single-rank runs stand in for 1 and 4 workers: the arithmetic is what is tested.
+    summary = summarize(runs, target=float(runs[0]["eval"]["mean_return"].min()))
+    summary["workers"] = [1, 4]
+    summary["time_to_target"] = [400.0, 200.0]
+    table = scaling_table(summary)
+    assert list(table["ideal"]) == [400.0, 100.0]
+    assert list(table["efficiency"]) == [1.0, 0.5]
+    for ax in plot_scaling(summary).axes:  # measured and ideal, once each
+        labels = ax.get_legend_handles_labels()[1]
+        assert len(labels) == 2 and "ideal linear" in labels
+
+
+def test_human_normalized_score_uses_published_baselines():
+    assert human_normalized(30.5, "Breakout") == pytest.approx(1.0)
+    assert human_normalized(-20.7, "Pong") == pytest.approx(0.0)
+    assert math.isnan(human_normalized(100.0, "CartPole"))
+
+
+def _wait_for_rows(run_dir: Path, deadline: float):
+    while time.monotonic() < deadline:
+        try:
+            run = load_run(run_dir)
+            if len(run["train"]):
+                return run
+        except DdrlError:
+            pass  # the log is not created yet, or its writer has not switched to SWMR yet
+        time.sleep(1.0)
+    raise AssertionError("the training job logged no rows in time")
+
+
+def test_analyze_while_the_job_runs_and_after_it_is_killed(tmp_path):
+    out = tmp_path / "live"
+    proc = subprocess.Popen([sys.executable, "-m", "ddrl", "train", JOB, "--out", str(out),
+                             "--set", "run.max_frames=100000000"], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        _wait_for_rows(out, time.monotonic() + 300)
+        assert proc.poll() is None, "the job should still be running"
+        live = ddrl("analyze", str(out), "--out", str(tmp_path / "a1"))
+        assert live.returncode == 0, live.stderr
+        assert (tmp_path / "a1" / "curves.png").is_file()
+    finally:
+        # Kill the job's own process group: a killed writer must leave a readable log.
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    after = ddrl("analyze", str(out), "--out", str(tmp_path / "a2"))
+    assert after.returncode == 0, after.stderr
+    assert load_run(out)["train"]["frames"].max() > 0
+
+
+@pytest.mark.parametrize("make", ["missing", "not_hdf5", "foreign_hdf5", "dir_without_log"])
+def test_bad_input_is_a_one_line_error(tmp_path, make):
+    path = {"missing": Path("/nonexistent"), "not_hdf5": tmp_path / "log.h5",
+            "foreign_hdf5": tmp_path / "other.h5", "dir_without_log": tmp_path}[make]
+    if make == "not_hdf5":
+        path.write_text("not a log\n")
+    if make == "foreign_hdf5":
+        with h5py.File(path, "w") as f:
+            f.create_dataset("x", data=[1, 2, 3])
+    proc = ddrl("analyze", str(path), "--out", str(tmp_path / "out"), timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ddrl: error:"), proc.stderr
+    assert str(path) in lines[0] or path.name in lines[0]
