@@ -54,7 +54,7 @@ class MpiAllreduceSync(LocalSync):
         self._buf: np.ndarray | None = None
 
     def broadcast(self, array: np.ndarray) -> np.ndarray:
-        array = np.ascontiguousarray(array)
+        array = np.array(array, order="C")
         self.world.comm.Bcast(array, root=0)
         return array
 

@@ -1,0 +1,30 @@
+"""`ddrl bench KIND ...`: benchmarks that print figures (ratios measured in one run) rather
+than timed unit tests, since shared machines are noisy. One module per benchmark."""
+from __future__ import annotations
+
+import argparse
+import importlib
+
+# kind -> module under ddrl.bench with `add_arguments(parser)` and `run(args) -> int`.
+KINDS = {
+    "node": ("ddrl.bench.node", "throughput of one node (or N ranks) for a job file"),
+    "allreduce": ("ddrl.bench.allreduce", "time per all-reduce of each sync backend"),
+    "compare-sb3": ("ddrl.bench.sb3", "ddrl vs Stable-Baselines3 A2C on the same game and net"),
+    "stragglers": ("ddrl.bench.stragglers", "update rate with a slowed rank: k-of-n vs full sync"),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="kind", required=True, metavar="KIND")
+    for kind, (module, help_text) in KINDS.items():
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue
+        mod.add_arguments(sub.add_parser(kind, help=help_text))
+
+
+def run(args: argparse.Namespace) -> int:
+    return importlib.import_module(KINDS[args.kind][0]).run(args)

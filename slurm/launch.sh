@@ -1,0 +1,106 @@
+# Shared launch logic of ddrl's batch scripts: sourced by train.sbatch, array.sbatch and
+# dgx.sbatch, and inlined by `ddrl slurm` so that a printed script stands alone.
+#
+#   ddrl_main JOB.toml [--out DIR] [--set key=value ...] [--sweep FILE]
+#
+# Which run directory, seed or sweep line a task gets is decided by `ddrl slurm --resolve`
+# (Python, unit-tested); this file only does what must happen in the batch shell: launch the
+# MPI step, pass Slurm's warning signal on to it and requeue the job when it stopped resumably.
+#
+# Environment: DDRL_JOB, DDRL_OUT (instead of the arguments), DDRL_VENV (the environment with
+# `ddrl`), DDRL_LAUNCHER (srun | mpirun), DDRL_SRUN_ARGS, DDRL_MPIRUN_ARGS (binding flags).
+
+# `ddrl train` exits with this code after a signal made it checkpoint: the run can go on.
+DDRL_EXIT_RESUMABLE=3
+
+# Each rank keeps one GPU: the one at its local rank in the list Slurm granted the node
+# (a list of one under --gpus-per-task). mpirun's ranks share one SLURM_LOCALID, so Open
+# MPI's local rank comes first.
+# shellcheck disable=SC2016
+DDRL_RANK_SH='
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+  IFS=, read -ra gpus <<< "$CUDA_VISIBLE_DEVICES"
+  local_rank=${OMPI_COMM_WORLD_LOCAL_RANK:-${SLURM_LOCALID:-0}}
+  export CUDA_VISIBLE_DEVICES=${gpus[local_rank % ${#gpus[@]}]}
+fi
+exec "$@"'
+
+ddrl_die() {
+  echo "ddrl: error: $*" >&2
+  exit 2
+}
+
+# Sets `ddrl`: DDRL_VENV's, else the one in the .venv of the checkout these scripts came from
+# or of the submit directory, else the one on PATH.
+ddrl_find() {
+  if [ -n "${DDRL_VENV:-}" ]; then
+    ddrl=$DDRL_VENV/bin/ddrl
+    [ -x "$ddrl" ] || ddrl_die "DDRL_VENV=$DDRL_VENV has no bin/ddrl"
+    return
+  fi
+  for ddrl in ${DDRL_SLURM_DIR:+"$DDRL_SLURM_DIR/../.venv/bin/ddrl"} \
+              "${SLURM_SUBMIT_DIR:-.}/.venv/bin/ddrl"; do
+    [ -x "$ddrl" ] && return
+  done
+  ddrl=$(command -v ddrl) || ddrl_die "ddrl not found: set DDRL_VENV or put ddrl on PATH"
+}
+
+# Sets `launcher`, the command that starts the job step: one ddrl rank per Slurm task.
+ddrl_launcher() {
+  local -a flags
+  case ${DDRL_LAUNCHER:-srun} in
+    srun)
+      # Slurm 22.05's srun ignores the job's --cpus-per-task unless told again; -K1 ends the
+      # step when one rank fails instead of leaving the others blocked in a collective.
+      read -ra flags <<< "${DDRL_SRUN_ARGS---cpu-bind=cores}"
+      launcher=(srun --mpi=pmix -K1 ${SLURM_CPUS_PER_TASK:+"--cpus-per-task=$SLURM_CPUS_PER_TASK"} "${flags[@]}") ;;
+    mpirun)
+      read -ra flags <<< "${DDRL_MPIRUN_ARGS---bind-to core --map-by slot:PE=${SLURM_CPUS_PER_TASK:-1}}"
+      [ "$(id -u)" != 0 ] || flags+=(--allow-run-as-root)
+      launcher=(mpirun "${flags[@]}") ;;
+    *) ddrl_die "DDRL_LAUNCHER=$DDRL_LAUNCHER: expected srun or mpirun" ;;
+  esac
+}
+
+ddrl_main() {
+  # Slurm's warning signal (--signal=B:USR1@...) and scancel's TERM reach only this shell.
+  # Both become USR1 for the step: srun and mpirun take TERM as "kill the ranks now".
+  local step_pid="" stop=""
+  trap 'stop=1; [ -z "$step_pid" ] || kill -USR1 "$step_pid" 2>/dev/null' USR1 TERM
+
+  if [ $# -eq 0 ] || [[ $1 == -* ]]; then
+    set -- "${DDRL_JOB:?set DDRL_JOB or pass JOB.toml as the first argument}" "$@"
+  fi
+  [ -z "${DDRL_OUT:-}" ] || set -- "$1" --out "$DDRL_OUT" "${@:2}"
+
+  local ddrl resolved
+  local -a train_args launcher
+  ddrl_find
+  ddrl_launcher
+  # Also the fail-fast check: a bad job file stops here with one `ddrl: error:` line,
+  # before any MPI rank starts.
+  resolved=$("$ddrl" slurm --resolve "$@") || exit
+  mapfile -t train_args <<< "$resolved"
+  [ -z "${SLURM_CPUS_PER_TASK:-}" ] || export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$SLURM_CPUS_PER_TASK}
+
+  echo "ddrl: job ${SLURM_JOB_ID:-?} restart ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST:-?}: ${launcher[*]} $ddrl train ${train_args[*]}"
+  "${launcher[@]}" bash -c "$DDRL_RANK_SH" ddrl-rank "$ddrl" train "${train_args[@]}" &
+  step_pid=$!
+  [ -z "$stop" ] || kill -USR1 "$step_pid"
+  # A trapped signal interrupts `wait` while the step still runs: wait again until it is gone,
+  # then read its exit status.
+  while kill -0 "$step_pid" 2>/dev/null; do wait "$step_pid"; done
+  wait "$step_pid"
+  local rc=$?
+  trap - USR1 TERM
+
+  if [ "$rc" -eq "$DDRL_EXIT_RESUMABLE" ]; then
+    # The requeued job keeps its id, so the next start finds the checkpoint and resumes.
+    if scontrol requeue "$SLURM_JOB_ID"; then
+      echo "ddrl: checkpointed; job $SLURM_JOB_ID requeued"
+    else
+      echo "ddrl: checkpointed, but the requeue failed: submit again with the same --out to resume" >&2
+    fi
+  fi
+  exit "$rc"
+}
