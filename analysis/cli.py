@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR",
                         help="run directories (or their log.h5 files); running jobs are fine")
     parser.add_argument("--target", type=float, default=None,
-                        help="score for time- and frames-to-target (default: each run's eval.target)")
+                        help="score for time- and frames-to-target "
+                             "(default: each run's eval.target)")
     parser.add_argument("--out", type=Path, default=None,
                         help="where to write summary.csv and the PNGs "
                              "(default: the runs' common parent directory + /analysis)")
@@ -37,9 +38,12 @@ def shared_target(runs: list[Run], target: float | None) -> float | None:
 
 
 def sweep_key(runs: list[Run]) -> str | None:
-    """The one config key a set of runs sweeps (seeds are repeats, not a sweep), if any."""
+    """The one config key a set of runs sweeps (seeds are repeats, not a sweep), if any;
+    list-valued keys (`model.hidden`) have no axis to plot them on."""
     keys = [k for k in config_differences(runs) if k != "run.seed"]
-    return keys[0] if len(keys) == 1 else None
+    if len(keys) != 1 or any(isinstance(r.flat_config().get(keys[0]), list) for r in runs):
+        return None
+    return keys[0]
 
 
 def _file_name(name: str) -> str:
@@ -71,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
             print("no run reached the target score: no scaling figure")
     key = sweep_key(runs)
     if key is not None:
-        written.append(save(plot_throughput(summary, key), out / f"throughput-{_file_name(key)}.png"))
+        written.append(save(plot_throughput(summary, key),
+                            out / f"throughput-{_file_name(key)}.png"))
     for path in written:
         print(f"wrote {path}")
     return 0

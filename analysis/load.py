@@ -95,7 +95,7 @@ def find_log(path: str | Path) -> Path:
     if path.is_dir():
         path = path / LOG_NAME
         if not path.is_file():
-            raise DdrlError(f"{path.parent}: no {LOG_NAME} in this directory (not a run directory?)")
+            raise DdrlError(f"{path.parent}: no {LOG_NAME} here (not a run directory?)")
         return path
     if not path.exists():
         raise DdrlError(f"{path}: no such run directory or log file")
@@ -133,7 +133,7 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
         attrs = {k: _attr(v) for k, v in f.attrs.items()}
         if not isinstance(attrs.get("config"), dict):
             raise DdrlError(f"{log}: not a ddrl run log (no JSON 'config' attribute)")
-        # A table a newer writer added is missing from older logs: it reads as empty.
+        # A log of an older format version may lack a table: it reads as empty.
         tables = {t: pd.DataFrame(read_table(f, t)) if t in f
                   else pd.DataFrame(columns=[c for c, _ in TABLES[t]]) for t in TABLES}
     return Run(path=log, name=name or _run_name(log), config=attrs.pop("config"),

@@ -21,7 +21,8 @@ from analysis.scaling import scaling_table
 _HIDDEN = "_"
 
 
-def new_figure(rows: int, cols: int, width: float = 6.0, height: float = 4.0) -> tuple[Figure, np.ndarray]:
+def new_figure(rows: int, cols: int, width: float = 6.0,
+               height: float = 4.0) -> tuple[Figure, np.ndarray]:
     fig = Figure(figsize=(cols * width, rows * height), layout="constrained")
     FigureCanvasAgg(fig)
     return fig, fig.subplots(rows, cols, squeeze=False)
@@ -100,27 +101,30 @@ def plot_losses(runs: list[Run], labels: list[str]) -> Figure:
 
 def plot_scaling(summary: pd.DataFrame) -> Figure:
     """Time-to-target vs workers (mean +- std, log-log) with the ideal linear line (fig. 8),
-    and parallel efficiency. Each axes has one labelled measured line and one ideal line.
+    and parallel efficiency. Each axes has one labelled measured line and one ideal line;
+    the ideal line spans every worker count, also those where no run reached the target.
     """
-    table = scaling_table(summary).dropna(subset=["time_mean"])
+    table = scaling_table(summary)
+    reached = table.dropna(subset=["time_mean"])
     fig, axes = new_figure(1, 2)
     ax_time, ax_eff = axes[0]
-    unit, scale = time_unit(table["time_mean"].max() if len(table) else 0.0)
-    workers = table["workers"]
-    ax_time.errorbar(workers, table["time_mean"] / scale, yerr=table["time_std"].fillna(0) / scale,
+    unit, scale = time_unit(table["time_mean"].max() if len(reached) else 0.0)
+    ax_time.errorbar(reached["workers"], reached["time_mean"] / scale,
+                     yerr=reached["time_std"].fillna(0) / scale,
                      marker="o", capsize=3, label="measured (mean +- std)")
-    ax_time.plot(workers, table["ideal"] / scale, ls="--", color="gray", label="ideal linear")
-    ax_time.set(xscale="log", yscale="log", xlabel="workers",
-                ylabel=f"time to target [{unit}]", title="time to target score")
+    ax_time.plot(table["workers"], table["ideal"] / scale, ls="--", color="gray",
+                 label="ideal linear")
+    ax_time.set(xscale="log", yscale="log", xlabel="workers", ylabel=f"time to target [{unit}]",
+                title=f"time to target ({table['reached'].sum()} of {table['runs'].sum()} runs)")
     # Plain numbers on the log time axis: a decade rarely fits, so 10^1 alone says little.
     for axis_ticks in (ax_time.yaxis.set_major_formatter, ax_time.yaxis.set_minor_formatter):
         axis_ticks(FormatStrFormatter("%g"))
-    ax_eff.plot(workers, table["efficiency"], marker="o", label="measured")
-    ax_eff.axhline(1.0, ls="--", color="gray", label="ideal linear")
+    ax_eff.plot(reached["workers"], reached["efficiency"], marker="o", label="measured")
+    ax_eff.plot(table["workers"], np.ones(len(table)), ls="--", color="gray", label="ideal linear")
     ax_eff.set(xscale="log", xlabel="workers", ylabel="speed-up / workers ratio",
                title="scaling efficiency")
     for ax in (ax_time, ax_eff):
-        _ticks_at(ax, workers)
+        _ticks_at(ax, table["workers"])
     _legends(axes)
     return fig
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from ddrl.errors import DdrlError
@@ -34,6 +35,8 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # TensorFlow's C++ start-up chatter would bury the progress line and one-line errors.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args = build_parser(argv).parse_args(argv)
     try:
         return importlib.import_module(COMMANDS[args.command][0]).run(args) or 0

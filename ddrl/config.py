@@ -229,7 +229,10 @@ def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def validate(cfg: Config) -> None:
-    """Range and choice checks; the unknown-game check needs ale-py, so it lives in envs."""
+    """Game id first (other checks depend on the kind of game), then choices and ranges."""
+    from ddrl.envs import check_env_id
+
+    check_env_id(cfg.env.id)
     values = {f"{sec}.{k}": v for sec, body in cfg.to_dict().items() for k, v in body.items()}
     for key, choices in _CHOICES.items():
         if values[key] not in choices:

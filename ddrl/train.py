@@ -50,11 +50,9 @@ def _prepare_run_dir(run_dir: Path, resume: bool) -> Path | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ddrl.envs import check_env_id
+    from ddrl.dist.world import discover
 
     cfg = load_config(args.job, args.set)
-    check_env_id(cfg.env.id)
-    from ddrl.dist.world import discover
 
     world = discover(need_mpi=False)
     run_dir = Path(args.out) if args.out else default_run_dir(args.job)

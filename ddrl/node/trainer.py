@@ -8,6 +8,7 @@ then one block of per-rank figures per rank.
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,6 +180,9 @@ class Trainer:
     def _finish(self, reason: str) -> int:
         self.node.close()
         code = EXIT_SIGNALLED if reason == "signal" else 0
+        # One line per rank, so anyone can check that all ranks ended with the same weights.
+        digest = hashlib.sha256(self.learner.get_weights().tobytes()).hexdigest()[:16]
+        print(f"[ddrl] rank {self.world.rank} final weights sha256 {digest}", flush=True)
         if not self.world.is_root:
             return code
         c = self.c

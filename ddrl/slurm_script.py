@@ -1,0 +1,232 @@
+"""`ddrl slurm`: print a ready sbatch script for a job file, rendered from the templates in
+slurm/ (the header from the options, slurm/launch.sh inlined so the script stands alone).
+
+`ddrl slurm --resolve` is the other half, run by those scripts inside the job: it decides what
+this task trains (array seed or sweep line), where (run directory) and whether it resumes, and
+prints the `ddrl train` arguments one per line. Keeping that policy here rather than in bash
+makes it testable and lets a bad job file fail with one line before any MPI rank starts.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from ddrl import checkpoint
+from ddrl.config import load_config
+from ddrl.errors import DdrlError
+from ddrl.train import default_run_dir
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "slurm"
+LAUNCH_BLOCK = re.compile(r"^# >>> ddrl launch.*?^# <<< ddrl launch\n", re.M | re.S)
+MAIN_CALL = 'ddrl_main "$@"\n'
+_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+_ARRAY = re.compile(r"\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?")
+_MEM = re.compile(r"\d+[KMGT]?")
+# Slurm may send the warning signal up to a minute early, so the limit must leave time to train.
+_SIGNAL_SLACK_S = 60
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", metavar="JOB.toml", help="the job file")
+    parser.add_argument("--nodes", type=_positive, help="nodes (-N)")
+    parser.add_argument("--tasks-per-node", type=_positive, help="ddrl ranks per node")
+    parser.add_argument("--cpus-per-task", type=_positive, help="cores per rank")
+    parser.add_argument("--time", help="time limit, e.g. 04:00:00 or 1-00:00:00")
+    parser.add_argument("--mem", help="memory per node, e.g. 64G")
+    parser.add_argument("--partition", help="Slurm partition")
+    parser.add_argument("--array", help="job array of seeds (or sweep lines), e.g. 0-9%%4")
+    parser.add_argument("--sweep", metavar="FILE",
+                        help="one run per line of `key=value ...` (and optionally a job file)")
+    parser.add_argument("--gpus-per-node", type=_positive, help="GPUs per node, one rank each")
+    parser.add_argument("--job-name", help="Slurm job name (default: ddrl-<job file stem>)")
+    parser.add_argument("--out", help="run directory (default: runs/<job>-<job id>)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override, repeatable")
+    parser.add_argument("--resolve", action="store_true",
+                        help="inside a Slurm job: print this task's `ddrl train` arguments")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.resolve:
+        print("\n".join(task_train_args(args.job, args.set, args.out, args.sweep)))
+    else:
+        print(render(args), end="")
+    return 0
+
+
+# --- inside the job -------------------------------------------------------------------------
+
+def sweep_lines(path: str | Path) -> list[list[str]]:
+    """The runs of a sweep file: shell-like words per line, `#` comments and blank lines skipped."""
+    path = Path(path)
+    if not path.is_file():
+        raise DdrlError(f"sweep file not found: {path}")
+    runs = [shlex.split(line, comments=True) for line in path.read_text().splitlines()]
+    runs = [words for words in runs if words]
+    if not runs:
+        raise DdrlError(f"sweep file {path} has no runs")
+    return runs
+
+
+def task_config(job: str, sets: list[str], sweep: str | None,
+                task: int | None) -> tuple[str, list[str]]:
+    """Job file and overrides of array task `task` (None outside arrays), validated."""
+    sets = list(sets)
+    if sweep is not None:
+        if task is None:
+            raise DdrlError("--sweep needs a job array (SLURM_ARRAY_TASK_ID is not set)")
+        runs = sweep_lines(sweep)
+        if task >= len(runs):
+            raise DdrlError(f"sweep file {sweep} has {len(runs)} runs, none for array task {task}")
+        for word in runs[task]:
+            if word.endswith(".toml"):
+                job = word
+            else:
+                sets.append(word)
+    cfg = load_config(job, sets)
+    if sweep is None and task is not None:
+        # Arrays without a sweep are seed replicas: the job's seed plus the task id.
+        sets.append(f"run.seed={cfg.run.seed + task}")
+    return job, sets
+
+
+def task_train_args(job: str, sets: list[str], out: str | None, sweep: str | None) -> list[str]:
+    """`ddrl train` arguments of this Slurm task; its run directory never collides with
+    another task's or job's, and a requeued job (same id) finds its own again."""
+    env = os.environ
+    if "SLURM_JOB_ID" not in env:
+        raise DdrlError("--resolve runs inside a Slurm job (SLURM_JOB_ID is not set)")
+    task = int(env["SLURM_ARRAY_TASK_ID"]) if "SLURM_ARRAY_TASK_ID" in env else None
+    job, sets = task_config(job, sets, sweep, task)
+    if out is None:
+        run_dir = default_run_dir(job)
+    else:
+        run_dir = Path(out if task is None else f"{out}_{task}")
+    run_dir = run_dir.absolute()
+    resume = checkpoint.latest(run_dir / "checkpoints") is not None
+    print(f"ddrl: run directory {run_dir}{' (resuming)' if resume else ''}", file=sys.stderr)
+    args = [str(Path(job).absolute()), "--out", str(run_dir)] + ["--resume"] * resume
+    for item in sets:
+        args += ["--set", item]
+    return args
+
+
+# --- printing a script ----------------------------------------------------------------------
+
+def _time_seconds(text: str) -> int:
+    """Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
+    m = _TIME.fullmatch(text)
+    if not m:
+        raise DdrlError(f"--time {text!r}: expected HH:MM:SS or D-HH:MM:SS")
+    days, a, b, c = (int(g) if g else 0 for g in m.groups())
+    if m.group(1):
+        hours, minutes, seconds = a, b, c
+    elif m.group(4):
+        hours, minutes, seconds = a, b, c
+    else:
+        hours, minutes, seconds = 0, a, b
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def _header(text: str) -> list[list[str | None]]:
+    """The template's `#SBATCH --name=value` lines as [name, value] pairs, in order."""
+    pairs = []
+    for line in text.splitlines():
+        if line.startswith("#SBATCH "):
+            name, _, value = line.split(None, 1)[1].partition("=")
+            pairs.append([name, value or None])
+    return pairs
+
+
+def _options(args: argparse.Namespace, stem: str, n_runs: int | None) -> dict[str, str]:
+    opts = {"--job-name": args.job_name or f"ddrl-{stem}"}
+    for flag, value in (("--nodes", args.nodes), ("--ntasks-per-node", args.tasks_per_node),
+                        ("--cpus-per-task", args.cpus_per_task), ("--time", args.time),
+                        ("--mem", args.mem), ("--partition", args.partition),
+                        ("--array", args.array)):
+        if value is not None:
+            opts[flag] = str(value)
+    if args.mem is not None and not _MEM.fullmatch(args.mem):
+        raise DdrlError(f"--mem {args.mem!r}: expected a size like 64G or 4000M")
+    if args.array is not None and not _ARRAY.fullmatch(args.array):
+        raise DdrlError(f"--array {args.array!r}: expected indices like 0-9, 1,3,5 or 0-9%4")
+    if args.array is None and n_runs is not None:
+        opts["--array"] = f"0-{n_runs - 1}"
+    if args.gpus_per_node is not None:
+        if args.tasks_per_node not in (None, args.gpus_per_node):
+            raise DdrlError("--tasks-per-node must equal --gpus-per-node (one rank per GPU)")
+        opts["--ntasks-per-node"] = str(args.gpus_per_node)
+        opts["--gres"] = f"gpu:{args.gpus_per_node}"
+    return opts
+
+
+def _check_time(header: list[list[str | None]]) -> None:
+    values = dict(header)
+    time, signal = values.get("--time"), values.get("--signal")
+    if time in (None, "INFINITE", "UNLIMITED") or signal is None:
+        return
+    lead = int(signal.rpartition("@")[2])
+    if _time_seconds(time) <= lead + _SIGNAL_SLACK_S:
+        raise DdrlError(f"--time {time} is too short: the checkpoint warning comes {lead} s "
+                        f"before the limit (--signal={signal}), and may come a minute early")
+
+
+def _template_name(args: argparse.Namespace) -> str:
+    if args.gpus_per_node is not None:
+        return "dgx.sbatch"
+    return "array.sbatch" if args.array is not None or args.sweep is not None else "train.sbatch"
+
+
+def render(args: argparse.Namespace) -> str:
+    """The sbatch script for these options; the job file (and each sweep line) is validated."""
+    if not (TEMPLATES / "launch.sh").is_file():
+        raise DdrlError(f"batch script templates not found in {TEMPLATES} "
+                        "(install ddrl from its checkout: pip install -e .)")
+    n_runs = None
+    if args.sweep is not None:
+        n_runs = len(sweep_lines(args.sweep))
+        for task in range(n_runs):
+            task_config(args.job, args.set, args.sweep, task)
+    else:
+        load_config(args.job, args.set)
+    template = (TEMPLATES / _template_name(args)).read_text()
+    header = _header(template)
+    opts = _options(args, Path(args.job).stem, n_runs)
+    for pair in header:
+        if pair[0] in opts:
+            pair[1] = opts.pop(pair[0])
+    header += [[name, value] for name, value in opts.items()]
+    _check_time(header)
+
+    main = [str(Path(args.job).absolute())]
+    if args.out is not None:
+        main += ["--out", str(Path(args.out).absolute())]
+    if args.sweep is not None:
+        main += ["--sweep", str(Path(args.sweep).absolute())]
+    for item in args.set:
+        main += ["--set", item]
+    body = template[template.rindex("#SBATCH "):].split("\n", 1)[1]
+    body = LAUNCH_BLOCK.sub(lambda _: (TEMPLATES / "launch.sh").read_text(), body)
+    call = ""
+    if sys.prefix != sys.base_prefix and (Path(sys.prefix) / "bin" / "ddrl").exists():
+        # The environment this script was printed from, unless the job's says otherwise.
+        call += f'[ -n "${{DDRL_VENV:-}}" ] || DDRL_VENV={shlex.quote(sys.prefix)}\n'
+    call += f'ddrl_main {shlex.join(main)} "$@"\n'
+    body = body.replace(MAIN_CALL, call)
+
+    lines = ["#!/bin/bash",
+             f"# Printed by `ddrl slurm` for {main[0]}.",
+             "# Submit with `sbatch SCRIPT`; its arguments (--set key=value ...) add to these.",
+             *(f"#SBATCH {name}" + (f"={value}" if value is not None else "") for name, value in header)]
+    return "\n".join(lines) + "\n" + body

@@ -1,0 +1,47 @@
+"""Shared helpers: run the real `ddrl` CLI (optionally under mpirun) and read real HDF5 logs."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+JOBS = ROOT / "jobs"
+DDRL = [sys.executable, "-m", "ddrl"]
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+
+
+def env_for_tests() -> dict[str, str]:
+    env = dict(os.environ)
+    # Tests must not inherit a surrounding Slurm job's task count (the world check would fire).
+    for var in [v for v in env if v.startswith(("SLURM_", "OMPI_", "PMIX_"))]:
+        env.pop(var)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def ddrl(*args: str, timeout: float = 300, env: dict | None = None, ranks: int = 0
+         ) -> subprocess.CompletedProcess:
+    cmd = ([*MPIRUN, "-n", str(ranks)] if ranks else []) + DDRL + [str(a) for a in args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env=env or env_for_tests())
+
+
+def table(run_dir: Path, name: str) -> np.ndarray:
+    with h5py.File(run_dir / "log.h5", "r", swmr=True) as f:
+        return f[name][:]
+
+
+def root_attrs(run_dir: Path) -> dict:
+    with h5py.File(run_dir / "log.h5", "r", swmr=True) as f:
+        return dict(f.attrs)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    return tmp_path / "run"

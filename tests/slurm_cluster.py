@@ -1,0 +1,234 @@
+"""A real one-node Slurm cluster for tests: munged, slurmctld and slurmd in a temporary directory.
+
+Everything is private to the session: its own munge key and socket, its own ports, state and
+spool directories, so it touches no system configuration and can run beside another test
+session's cluster. Tests talk to it through `SLURM_CONF`, which the fixture exports.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+DAEMONS = ("munged", "slurmctld", "slurmd")
+CLIENTS = ("sbatch", "scontrol", "scancel", "sinfo", "squeue", "srun")
+# Declared above a 2-core machine's hardware (slurmd accepts it with config_overrides) so a
+# 2-task job and a 2-task array run side by side; the ranks share the real cores.
+MIN_CPUS = 4
+FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+_FIELD = re.compile(r"(\w+)=(\S*)")
+
+
+@dataclass
+class JobResult:
+    job_id: str
+    state: str
+    exit_code: int
+    signal: int
+    restarts: int
+    output: Path
+
+    def text(self) -> str:
+        return self.output.read_text() if self.output.is_file() else ""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class SlurmCluster:
+    """Daemons started by `start` are the only ones `stop` ends (by their Popen handles)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.conf = root / "slurm.conf"
+        self.host = socket.gethostname()
+        self._procs: list[subprocess.Popen] = []
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def _write_conf(self, munge_socket: Path) -> None:
+        cpus = max(MIN_CPUS, os.cpu_count() or 1)
+        mem_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+        r = self.root
+        for d in ("state", "spool"):
+            (r / d).mkdir()
+        self.conf.write_text(f"""\
+ClusterName=ddrltest
+SlurmctldHost={self.host}(127.0.0.1)
+SlurmctldPort={_free_port()}
+SlurmdPort={_free_port()}
+AuthType=auth/munge
+CredType=cred/munge
+# cred_expire also delays a requeued job's next start (default 120 s).
+AuthInfo=socket={munge_socket},cred_expire=5
+SlurmUser=root
+SlurmdUser=root
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+ReturnToService=2
+JobRequeue=1
+MpiDefault=none
+MailProg=/bin/true
+# Finished jobs stay visible to `scontrol show job` (there is no slurmdbd for sacct).
+MinJobAge=3600
+# Schedule (and start requeued jobs) within seconds instead of the default minute.
+SchedulerParameters=sched_interval=2,bf_interval=1
+StateSaveLocation={r}/state
+SlurmdSpoolDir={r}/spool
+SlurmctldPidFile={r}/slurmctld.pid
+SlurmdPidFile={r}/slurmd.pid
+SlurmctldLogFile={r}/slurmctld.log
+SlurmdLogFile={r}/slurmd.log
+NodeName={self.host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={mem_mb} State=UNKNOWN
+PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+""")
+
+    def _spawn(self, name: str, *args: str) -> None:
+        log = open(self.root / f"{name}.out", "wb")
+        self._procs.append(subprocess.Popen([name, *args], stdout=log, stderr=subprocess.STDOUT,
+                                            env=self.env, cwd=self.root))
+        log.close()
+
+    def _wait_until(self, what: str, ready, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            dead = [p.args[0] for p in self._procs if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                logs = "\n".join(f"--- {n}\n{_tail(self.root / f'{n}.out')}" for n in DAEMONS)
+                raise RuntimeError(f"Slurm test cluster: {what} (exited: {dead})\n{logs}\n"
+                                   f"--- slurmctld.log\n{_tail(self.root / 'slurmctld.log')}")
+            time.sleep(0.5)
+
+    def start(self) -> None:
+        key, sock = self.root / "munge.key", self.root / "munge.sock"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        # --force: munged refuses to run as root or with a socket outside /run/munge otherwise.
+        self._spawn("munged", "--foreground", "--force", f"--socket={sock}", f"--key-file={key}",
+                    f"--pid-file={self.root / 'munged.pid'}", f"--seed-file={self.root / 'munged.seed'}",
+                    f"--log-file={self.root / 'munged.log'}")
+        self._wait_until("munged did not create its socket", sock.exists, 15)
+        self._write_conf(sock)
+        self._spawn("slurmctld", "-D", "-f", str(self.conf))
+        self._spawn("slurmd", "-D", "-f", str(self.conf))
+        self._wait_until("the node did not become idle", self._node_idle, 60)
+
+    def _node_idle(self) -> bool:
+        out = self.run("sinfo", "-h", "-n", self.host, "-o", "%t", check=False).stdout
+        return out.strip() == "idle"
+
+    def stop(self) -> None:
+        if any(p.args[0] == "slurmctld" and p.poll() is None for p in self._procs):
+            self.run("scancel", "--user", "root", check=False)
+            deadline = time.monotonic() + 30
+            while self.run("squeue", "-h", "-t", "R,CG", check=False).stdout.strip() \
+                    and time.monotonic() < deadline:
+                time.sleep(0.5)
+        for proc in reversed(self._procs):
+            _stop(proc)
+        self._procs.clear()
+
+    def run(self, *cmd: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(cmd, env=kw.pop("env", self.env), capture_output=True, text=True,
+                              check=check, timeout=kw.pop("timeout", 60), **kw)
+
+    def submit(self, script: str | Path, *args: str, options: tuple[str, ...] = (),
+               env: dict[str, str] | None = None, cwd: Path | None = None,
+               stdin: str | None = None) -> str:
+        """`sbatch --parsable`; output goes to ROOT/out/<name>-<id>.out unless options say."""
+        (self.root / "out").mkdir(exist_ok=True)
+        cmd = ["sbatch", "--parsable", f"--output={self.root}/out/%x-%j.out", *options,
+               *([str(script)] if script else []), *args]
+        proc = self.run(*cmd, env={**self.env, **(env or {})}, cwd=cwd, input=stdin, check=False)
+        assert proc.returncode == 0, f"sbatch failed: {proc.stderr}"
+        return proc.stdout.strip().split(";")[0]
+
+    def records(self, job_id: str) -> list[dict[str, str]]:
+        """`scontrol show job` records: one, or one per task (and pending rest) of an array."""
+        out = self.run("scontrol", "show", "job", "-o", job_id).stdout
+        return [dict(_FIELD.findall(line)) for line in out.splitlines() if line.strip()]
+
+    def state(self, job_id: str) -> str:
+        return self.records(job_id)[0]["JobState"]
+
+    def wait(self, job_id: str, timeout: float) -> list[JobResult]:
+        """Wait until the job (every task of an array) is in a final state; on timeout, cancel
+        it and fail with its output. Results are ordered by array task id."""
+        deadline = time.monotonic() + timeout
+        while True:
+            recs = self.records(job_id)
+            if all(r["JobState"] in FINAL_STATES for r in recs):
+                break
+            if time.monotonic() > deadline:
+                self.run("scancel", job_id, check=False)
+                outputs = "\n".join(_tail(Path(r.get("StdOut", "")), 40) for r in recs)
+                pytest.fail(f"job {job_id} not finished after {timeout:.0f} s: "
+                            f"{[r['JobState'] for r in recs]}\n{outputs}")
+            time.sleep(1)
+        recs.sort(key=lambda r: int(r.get("ArrayTaskId", "0")))
+        results = []
+        for r in recs:
+            code, sig = (int(x) for x in r["ExitCode"].split(":"))
+            results.append(JobResult(r["JobId"], r["JobState"], code, sig, int(r["Restarts"]),
+                                     Path(r["StdOut"])))
+        return results
+
+
+def missing_requirements() -> str | None:
+    """Why a local cluster cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "a private one-node Slurm cluster needs root (SlurmUser=root)"
+    missing = [b for b in DAEMONS + CLIENTS if shutil.which(b) is None]
+    if missing:
+        return f"Slurm/munge not installed (missing {', '.join(missing)}; apt-get install slurm-wlm munge)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    reason = missing_requirements()
+    if reason:
+        pytest.skip(reason)
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    previous = os.environ.get("SLURM_CONF")
+    try:
+        cluster.start()
+        os.environ["SLURM_CONF"] = str(cluster.conf)
+        yield cluster
+    finally:
+        cluster.stop()
+        if previous is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = previous

@@ -1,0 +1,98 @@
+"""The single-rank node on real games: it learns, logs, checkpoints and resumes."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import h5py
+import numpy as np
+import pytest
+from conftest import DDRL, JOBS, ROOT, ddrl, env_for_tests, root_attrs, table
+
+CARTPOLE_BUDGET = 300_000
+
+
+@pytest.mark.parametrize("mode", ["ba3c", "a2c"])
+def test_cartpole_learns(mode, run_dir):
+    """Greedy evaluation reaches 400 within a bounded number of frames."""
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", f"node.mode={mode}",
+               "--set", f"run.max_frames={CARTPOLE_BUDGET}", timeout=240)
+    assert res.returncode == 0, res.stderr
+    evals = table(run_dir, "eval")
+    solved = evals[evals["mean_return"] >= 400]
+    assert len(solved), f"best eval {evals['mean_return'].max()}"
+    print(f"{mode}: solved at {solved['frames'][0]} frames, {solved['wall_time'][0]:.1f} s")
+    assert "stopped (target)" in res.stdout
+    train = table(run_dir, "train")
+    assert len(train) and np.all(np.diff(train["update"]) > 0)
+    assert train["frames"][-1] <= CARTPOLE_BUDGET + 1000
+    assert (train["policy_lag"] >= 0).all()
+
+
+def test_pong_log_readable_while_running(run_dir):
+    """A short real Pong run: a second process reads /train and /episodes rows mid-run,
+    and the finished log has /eval rows and the root attributes."""
+    cmd = [*DDRL, "train", JOBS / "pong.toml", "--out", run_dir,
+           "--set", "model.arch=a3c", "--set", "node.n_sim=4", "--set", "env.decorrelate=400",
+           "--set", "run.max_minutes=1.5", "--set", "eval.episodes=1", "--set", "run.log_every=2"]
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = {}
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (run_dir / "log.h5").exists():
+                with h5py.File(run_dir / "log.h5", "r", swmr=True) as f:
+                    seen = {name: f[name].shape[0] for name in ("train", "episodes")}
+                if all(seen.values()):
+                    break
+            time.sleep(2)
+        assert proc.poll() is None, "run ended before rows were seen"
+        assert all(seen.values()), seen
+        out, _ = proc.communicate(timeout=200)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert f"log {run_dir / 'log.h5'}" in out
+    attrs = root_attrs(run_dir)
+    assert {"config", "world_size", "versions", "start_time"} <= set(attrs)
+    assert "ALE/Pong-v5" in attrs["config"]
+    assert len(table(run_dir, "eval")) >= 1
+    episodes = table(run_dir, "episodes")
+    assert (episodes["return"] >= -21).all() and (episodes["return"] <= 21).all()
+    assert (run_dir / "config.toml").is_file()
+
+
+def test_kill_and_resume_continues_the_log(run_dir):
+    """SIGKILL after a checkpoint, then --resume: counters continue, no duplicated or
+    missing update rows, the log stays readable, the restart is recorded."""
+    args = ["train", JOBS / "cartpole.toml", "--out", run_dir, "--set", "run.log_every=1",
+            "--set", "run.checkpoint_minutes=0.05", "--set", "eval.target=none",
+            "--set", "eval.every=50", "--set", "eval.episodes=2"]
+    proc = subprocess.Popen([*DDRL, *map(str, args), "--set", "run.max_frames=10000000"],
+                            cwd=ROOT, env=env_for_tests(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(list((run_dir / "checkpoints").glob("ckpt-*"))) < 2:
+            time.sleep(0.5)
+        time.sleep(1.0)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert list((run_dir / "checkpoints").glob("ckpt-*")), "no checkpoint before the kill"
+    before = table(run_dir, "train")["update"]
+    ckpt_update = int(sorted((run_dir / "checkpoints").glob("ckpt-*"))[-1].stem.split("-")[1])
+    assert before.max() > ckpt_update, "the kill should leave rows after the checkpoint"
+
+    res = ddrl(*args, "--resume", "--set", "run.max_frames=60000", timeout=180)
+    assert res.returncode == 0, res.stderr
+    assert f"resumed at update {ckpt_update}" in res.stdout
+    updates = table(run_dir, "train")["update"]
+    assert np.array_equal(updates, np.arange(1, len(updates) + 1)), "gap or duplicate in /train"
+    assert updates[-1] > ckpt_update
+    assert root_attrs(run_dir)["restarts"] == 1
+    train = table(run_dir, "train")
+    assert set(train["restart"][updates > ckpt_update]) == {1}
+    assert np.all(np.diff(train["frames"]) >= 0) and np.all(np.diff(train["wall_time"]) >= 0)
