@@ -84,5 +84,7 @@ class StopSignals:
         self.received = signum
 
     def __exit__(self, *exc) -> None:
+        # After a stop request, Slurm often sends a second signal (TERM from scancel plus the
+        # batch script's forwarded USR1): ignore it so it cannot kill the orderly exit.
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if self.received is not None else handler)

@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ddrl: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `ddrl analyze ... | head`: the reader left; not an error worth a traceback.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,15 @@
-"""How many cores this rank owns, so N ranks on a node do not oversubscribe it."""
+"""How many cores this rank owns, so N ranks on a node do not oversubscribe it.
+
+A rank runs its simulators (C++ threads), predictor and trainer threads and TensorFlow's
+thread pools; all of them should stay on the rank's own cores. Bind each rank to a block of
+cores and TensorFlow sizes its pools from that block:
+
+- Open MPI: `mpirun -n N --map-by slot:PE=C --bind-to core` (C = cores per rank; on
+  several nodes `--map-by ppr:R:node:PE=C`). `--bind-to none` leaves every rank the whole
+  machine, and ranks then split it evenly by their local count.
+- Slurm: `srun --cpus-per-task=C --cpu-bind=cores` (sbatch `--cpus-per-task=C`); Slurm
+  exports SLURM_CPUS_PER_TASK, which wins over the affinity mask.
+"""
 from __future__ import annotations
 
 import os
@@ -16,9 +27,23 @@ def cores_per_rank(requested: int, local_ranks: int) -> int:
     return max(1, mask // local_ranks if mask >= os.cpu_count() else mask)
 
 
+def mpirun_command(ranks: int) -> list[str]:
+    """`mpirun -n N` for this machine, each rank bound to its own block of cores; with more
+    ranks than cores, unbound and oversubscribed (then they share the cores evenly)."""
+    cmd = ["mpirun", "-n", str(ranks)]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    per_rank = len(os.sched_getaffinity(0)) // ranks
+    if per_rank >= 1:
+        return [*cmd, "--map-by", f"slot:PE={per_rank}", "--bind-to", "core"]
+    return [*cmd, "--oversubscribe", "--bind-to", "none"]
+
+
 def configure_tensorflow(cores: int, deterministic: bool) -> None:
     import tensorflow as tf
 
+    # Intra-op threads do the work of one op (a convolution); a second inter-op thread lets
+    # the predictor's and the trainer's ops run side by side instead of queueing.
     tf.config.threading.set_intra_op_parallelism_threads(cores)
     tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, cores)))
     if deterministic:

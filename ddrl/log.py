@@ -39,9 +39,17 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("dp_per_s", "f4"), ("t_compute", "f4"), ("t_sync", "f4"), ("t_sim", "f4"),
         ("t_predict", "f4"), ("contributed", "i4"),
     ],
+    # sync.mode = "ps": each parameter server's cumulative figures as rank 0 last heard them.
+    "servers": [
+        ("update", "i8"), ("wall_time", "f8"), ("server", "i4"), ("version", "i8"),
+        ("received", "i8"), ("applied", "i8"), ("dropped", "i8"), ("sent", "i8"),
+        ("staleness_sum", "i8"), ("lost", "i4"), ("bytes_in", "i8"), ("bytes_out", "i8"),
+        ("t_busy", "f8"), ("t_apply", "f8"),
+    ],
 }
 # The column that says which rows a resume from update U / frame F keeps.
-_RESUME_KEY = {"train": "update", "episodes": "frames", "eval": "update", "ranks": "update"}
+_RESUME_KEY = {"train": "update", "episodes": "frames", "eval": "update", "ranks": "update",
+               "servers": "update"}
 
 
 def table_dtype(name: str) -> np.dtype:

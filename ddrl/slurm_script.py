@@ -130,9 +130,7 @@ def _time_seconds(text: str) -> int:
     if not m:
         raise DdrlError(f"--time {text!r}: expected HH:MM:SS or D-HH:MM:SS")
     days, a, b, c = (int(g) if g else 0 for g in m.groups())
-    if m.group(1):
-        hours, minutes, seconds = a, b, c
-    elif m.group(4):
+    if m.group(1) or m.group(4):
         hours, minutes, seconds = a, b, c
     else:
         hours, minutes, seconds = 0, a, b
@@ -188,18 +186,39 @@ def _template_name(args: argparse.Namespace) -> str:
     return "array.sbatch" if args.array is not None or args.sweep is not None else "train.sbatch"
 
 
+def _validated_runs(args: argparse.Namespace) -> int | None:
+    """Check the job file and overrides (each sweep line's); the number of sweep runs."""
+    if args.sweep is None:
+        load_config(args.job, args.set)
+        return None
+    n_runs = len(sweep_lines(args.sweep))
+    for task in range(n_runs):
+        task_config(args.job, args.set, args.sweep, task)
+    return n_runs
+
+
+def _main_call(args: argparse.Namespace) -> str:
+    """The template's `ddrl_main "$@"` with this job's arguments (absolute paths: the script
+    may be submitted from anywhere) and the environment `ddrl slurm` runs in."""
+    main = [str(Path(args.job).absolute())]
+    if args.out is not None:
+        main += ["--out", str(Path(args.out).absolute())]
+    if args.sweep is not None:
+        main += ["--sweep", str(Path(args.sweep).absolute())]
+    for item in args.set:
+        main += ["--set", item]
+    call = ""
+    if sys.prefix != sys.base_prefix and (Path(sys.prefix) / "bin" / "ddrl").exists():
+        call += f'[ -n "${{DDRL_VENV:-}}" ] || DDRL_VENV={shlex.quote(sys.prefix)}\n'
+    return call + f'ddrl_main {shlex.join(main)} "$@"\n'
+
+
 def render(args: argparse.Namespace) -> str:
-    """The sbatch script for these options; the job file (and each sweep line) is validated."""
+    """The sbatch script for these options."""
     if not (TEMPLATES / "launch.sh").is_file():
         raise DdrlError(f"batch script templates not found in {TEMPLATES} "
                         "(install ddrl from its checkout: pip install -e .)")
-    n_runs = None
-    if args.sweep is not None:
-        n_runs = len(sweep_lines(args.sweep))
-        for task in range(n_runs):
-            task_config(args.job, args.set, args.sweep, task)
-    else:
-        load_config(args.job, args.set)
+    n_runs = _validated_runs(args)
     template = (TEMPLATES / _template_name(args)).read_text()
     header = _header(template)
     opts = _options(args, Path(args.job).stem, n_runs)
@@ -209,24 +228,12 @@ def render(args: argparse.Namespace) -> str:
     header += [[name, value] for name, value in opts.items()]
     _check_time(header)
 
-    main = [str(Path(args.job).absolute())]
-    if args.out is not None:
-        main += ["--out", str(Path(args.out).absolute())]
-    if args.sweep is not None:
-        main += ["--sweep", str(Path(args.sweep).absolute())]
-    for item in args.set:
-        main += ["--set", item]
     body = template[template.rindex("#SBATCH "):].split("\n", 1)[1]
     body = LAUNCH_BLOCK.sub(lambda _: (TEMPLATES / "launch.sh").read_text(), body)
-    call = ""
-    if sys.prefix != sys.base_prefix and (Path(sys.prefix) / "bin" / "ddrl").exists():
-        # The environment this script was printed from, unless the job's says otherwise.
-        call += f'[ -n "${{DDRL_VENV:-}}" ] || DDRL_VENV={shlex.quote(sys.prefix)}\n'
-    call += f'ddrl_main {shlex.join(main)} "$@"\n'
-    body = body.replace(MAIN_CALL, call)
-
+    body = body.replace(MAIN_CALL, _main_call(args))
     lines = ["#!/bin/bash",
-             f"# Printed by `ddrl slurm` for {main[0]}.",
+             f"# Printed by `ddrl slurm` for {Path(args.job).absolute()}.",
              "# Submit with `sbatch SCRIPT`; its arguments (--set key=value ...) add to these.",
-             *(f"#SBATCH {name}" + (f"={value}" if value is not None else "") for name, value in header)]
+             *(f"#SBATCH {name}" + (f"={value}" if value is not None else "")
+               for name, value in header)]
     return "\n".join(lines) + "\n" + body

@@ -5,6 +5,8 @@ import argparse
 import datetime
 import json
 import os
+import sys
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -62,7 +64,15 @@ def run(args: argparse.Namespace) -> int:
     if world.comm is not None:
         # Every rank checked the shared run directory; none proceeds unless all agreed.
         world.comm.Barrier()
-    return _train(cfg, world, run_dir, ckpt_path)
+    try:
+        return _train(cfg, world, run_dir, ckpt_path)
+    except BaseException as exc:
+        if world.size > 1 and not isinstance(exc, SystemExit):
+            # The other ranks would wait in the next collective (and MPI_Finalize) forever.
+            message = str(exc) if isinstance(exc, DdrlError) else traceback.format_exc()
+            print(f"ddrl: error: rank {world.rank}: {message}", file=sys.stderr, flush=True)
+            world.comm.Abort(2 if isinstance(exc, DdrlError) else 1)
+        raise
 
 
 def _train(cfg: Config, world, run_dir: Path, ckpt_path: Path | None) -> int:
@@ -81,10 +91,10 @@ def _train(cfg: Config, world, run_dir: Path, ckpt_path: Path | None) -> int:
     from ddrl.node.trainer import Counters, Trainer
     from ddrl.seeding import derive_seed
 
-    tf.random.set_seed(derive_seed(cfg.run.seed, 0, "init"))
+    tf.keras.utils.set_random_seed(derive_seed(cfg.run.seed, 0, "init"))
     spec = env_spec(cfg)
-    learner = Learner(cfg, *spec, workers=world.size)
-    sync = make_sync(cfg.sync.backend, world)
+    sync = make_sync(cfg, world)
+    learner = Learner(cfg, *spec, workers=sync.workers)
     counters = Counters()
     if ckpt_path is not None:
         ckpt = checkpoint.load(ckpt_path)
@@ -95,6 +105,10 @@ def _train(cfg: Config, world, run_dir: Path, ckpt_path: Path | None) -> int:
     # Identical start: rank 0's weights and Adam state (fresh or resumed) on every rank.
     learner.set_weights(sync.broadcast(learner.get_weights()))
     learner.set_optimizer_state([sync.broadcast(a) for a in learner.get_optimizer_state()])
+    if sync.role == "server":
+        # A parameter server takes its slice of those and runs no simulators.
+        return sync.serve(learner)
+    world = sync.world  # sync.mode = "ps": the worker ranks only
 
     log = evaluator = None
     if world.is_root:

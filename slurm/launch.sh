@@ -38,7 +38,7 @@ ddrl_find() {
     [ -x "$ddrl" ] || ddrl_die "DDRL_VENV=$DDRL_VENV has no bin/ddrl"
     return
   fi
-  for ddrl in ${DDRL_SLURM_DIR:+"$DDRL_SLURM_DIR/../.venv/bin/ddrl"} \
+  for ddrl in ${DDRL_SLURM_DIR:+"$(dirname "$DDRL_SLURM_DIR")/.venv/bin/ddrl"} \
               "${SLURM_SUBMIT_DIR:-.}/.venv/bin/ddrl"; do
     [ -x "$ddrl" ] && return
   done
@@ -63,13 +63,15 @@ ddrl_launcher() {
 }
 
 ddrl_main() {
-  # Slurm's warning signal (--signal=B:USR1@...) and scancel's TERM reach only this shell.
-  # Both become USR1 for the step: srun and mpirun take TERM as "kill the ranks now".
+  # Slurm's warning (--signal=B:USR1@...) reaches only this shell; so can a TERM (scancel
+  # --batch, --signal=B:TERM). Both become USR1 for the step: srun and mpirun take TERM as
+  # "kill the ranks now", ddrl ranks take USR1 as "checkpoint and stop".
   local step_pid="" stop=""
   trap 'stop=1; [ -z "$step_pid" ] || kill -USR1 "$step_pid" 2>/dev/null' USR1 TERM
 
   if [ $# -eq 0 ] || [[ $1 == -* ]]; then
-    set -- "${DDRL_JOB:?set DDRL_JOB or pass JOB.toml as the first argument}" "$@"
+    [ -n "${DDRL_JOB:-}" ] || ddrl_die "no job file: pass JOB.toml as the first argument or set DDRL_JOB"
+    set -- "$DDRL_JOB" "$@"
   fi
   [ -z "${DDRL_OUT:-}" ] || set -- "$1" --out "$DDRL_OUT" "${@:2}"
 
@@ -81,7 +83,6 @@ ddrl_main() {
   # before any MPI rank starts.
   resolved=$("$ddrl" slurm --resolve "$@") || exit
   mapfile -t train_args <<< "$resolved"
-  [ -z "${SLURM_CPUS_PER_TASK:-}" ] || export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$SLURM_CPUS_PER_TASK}
 
   echo "ddrl: job ${SLURM_JOB_ID:-?} restart ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST:-?}: ${launcher[*]} $ddrl train ${train_args[*]}"
   "${launcher[@]}" bash -c "$DDRL_RANK_SH" ddrl-rank "$ddrl" train "${train_args[@]}" &

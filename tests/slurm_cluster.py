@@ -166,9 +166,9 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP Over
     def submit(self, script: str | Path, *args: str, options: tuple[str, ...] = (),
                env: dict[str, str] | None = None, cwd: Path | None = None,
                stdin: str | None = None) -> str:
-        """`sbatch --parsable`; output goes to ROOT/out/<name>-<id>.out unless options say."""
+        """`sbatch --parsable`; output goes to ROOT/out/<job id>.out unless options say."""
         (self.root / "out").mkdir(exist_ok=True)
-        cmd = ["sbatch", "--parsable", f"--output={self.root}/out/%x-%j.out", *options,
+        cmd = ["sbatch", "--parsable", f"--output={self.root}/out/%j.out", *options,
                *([str(script)] if script else []), *args]
         proc = self.run(*cmd, env={**self.env, **(env or {})}, cwd=cwd, input=stdin, check=False)
         assert proc.returncode == 0, f"sbatch failed: {proc.stderr}"

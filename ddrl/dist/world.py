@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,13 @@ class World:
     @property
     def is_root(self) -> bool:
         return self.rank == 0
+
+    def barrier(self) -> None:
+        """Polls with sleeps: a blocking MPI barrier spins a core that rank 0 may need."""
+        if self.comm is not None:
+            request = self.comm.Ibarrier()
+            while not request.Test():
+                time.sleep(0.02)
 
 
 def launched_by_mpi_or_slurm() -> bool:

@@ -1,6 +1,15 @@
-"""Synchronous A2C: all simulators step together, one batched inference per step, one update
-per t_max steps. Everything happens on the calling thread, in a fixed order, so a fixed seed
-on a fixed world size reproduces the run."""
+"""Synchronous A2C with two alternating simulator groups (accelerated-methods paper, 4.1).
+
+While the network infers actions for one group, the other group's simulators step in their
+own vector env's C++ threads (both release the GIL), so neither the emulator nor the
+network waits for the other. Each group is stepped synchronously and everything runs on the
+calling thread in a fixed order, so a fixed seed on a fixed world size reproduces the run.
+
+The forward pass on a group's last observation gives both the bootstrap values of this batch
+and the first actions of the next, which go out at once: the simulators step while the
+trainer computes the update, and one forward pass per update is saved. Those first actions
+come from the weights before the update (the trainer sees it as a policy lag of 1 / t_max).
+"""
 from __future__ import annotations
 
 import time
@@ -9,6 +18,7 @@ import numpy as np
 
 from ddrl.algos.actor_critic import nstep_returns
 from ddrl.config import Config
+from ddrl.envs import SimPool, Step
 from ddrl.node.base import Node
 from ddrl.node.experience import Batch
 from ddrl.node.learner import Learner, sample_actions
@@ -17,45 +27,69 @@ from ddrl.node.learner import Learner, sample_actions
 class A2CNode(Node):
     def __init__(self, cfg: Config, learner: Learner, rank: int, restart: int):
         super().__init__(cfg, learner, rank, restart)
-        self._pool = self.make_pool("sim", cfg.node.n_sim)
-        self._rng = self.rng("actions")
-        self._obs = self._recv().obs
+        groups = np.array_split(np.arange(cfg.node.n_sim), min(2, cfg.node.n_sim))
+        self.pools: list[SimPool] = [self.make_pool(f"sim{g}", len(members))
+                                     for g, members in enumerate(groups)]
+        self._rngs = [self.rng(f"actions{g}") for g in range(len(groups))]
+        # Per group: the observation its simulators are acting on, the actions sent for it,
+        # and the update those actions were chosen at.
+        self._obs: list[np.ndarray] = [np.empty(0)] * len(groups)
+        self._actions: list[np.ndarray] = [np.empty(0, np.int32)] * len(groups)
+        self._acted_at = [0] * len(groups)
+        for g in range(len(groups)):
+            self._act(g, self._recv(g).obs)
 
-    def _recv(self):
-        step = self._pool.recv()
-        # The vector env may return simulators in any order; fixed order keeps runs repeatable.
+    @staticmethod
+    def batch_sizes(cfg: Config) -> tuple[int, int]:
+        """(inference batch, training batch) of this mode, for benchmarks of the network alone."""
+        return -(-cfg.node.n_sim // min(2, cfg.node.n_sim)), cfg.node.t_max * cfg.node.n_sim
+
+    def _recv(self, group: int) -> Step:
+        pool = self.pools[group]
+        step = pool.recv()
+        # A group is stepped whole, but the vector env may list its simulators in any order.
         order = np.argsort(step.env_ids, kind="stable")
         step.env_ids, step.obs = step.env_ids[order], step.obs[order]
         step.reward, step.done = step.reward[order], step.done[order]
-        self.record(len(order) * self._pool.frames_per_step, step.episodes)
+        self.record(len(order) * pool.frames_per_step, step.episodes)
         return step
+
+    def _act(self, group: int, obs: np.ndarray) -> np.ndarray:
+        """Sends the group its next actions; returns the values of `obs`."""
+        logits, values = self.learner.predict(obs)
+        actions = sample_actions(logits, self._rngs[group])
+        self.pools[group].send(actions)
+        self._obs[group], self._actions[group], self._acted_at[group] = obs, actions, self.update
+        return values
 
     def next_batch(self) -> Batch:
         n = self.cfg.node
-        obs, actions, rewards, dones = [], [], [], []
-        t_predict = t_sim = 0.0
+        bootstrap = [np.empty(0, np.float32)] * len(self.pools)
+        steps = []
+        t_sim = t_predict = 0.0
         for _ in range(n.t_max):
-            t0 = time.perf_counter()
-            logits, _ = self.learner.predict(self._obs)
-            act = sample_actions(logits, self._rng)
-            t1 = time.perf_counter()
-            self._pool.send(act)
-            step = self._recv()
-            t_sim += time.perf_counter() - t1
-            t_predict += t1 - t0
-            obs.append(self._obs)
-            actions.append(act)
-            rewards.append(step.reward)
-            dones.append(step.done)
-            self._obs = step.obs
-        t0 = time.perf_counter()
-        _, bootstrap = self.learner.predict(self._obs)
-        self.t_predict += t_predict + time.perf_counter() - t0
-        self.t_sim += t_sim
-        returns = nstep_returns(np.stack(rewards), np.stack(dones).astype(np.float32), bootstrap, n.gamma)
+            parts = []
+            for g in range(len(self.pools)):
+                t0 = time.perf_counter()
+                step = self._recv(g)
+                t1 = time.perf_counter()
+                parts.append((self._obs[g], self._actions[g],
+                              np.full(len(step.env_ids), self._acted_at[g], np.int64),
+                              step.reward, step.done))
+                bootstrap[g] = self._act(g, step.obs)
+                t_sim += t1 - t0
+                t_predict += time.perf_counter() - t1
+            steps.append([np.concatenate(column) for column in zip(*parts)])
+        with self._lock:
+            self.t_sim += t_sim
+            self.t_predict += t_predict
+        # (t_max, n_sim, ...) arrays: time-major, simulators in a fixed order.
+        obs, actions, acted_at, rewards, dones = (np.stack(column) for column in zip(*steps))
+        returns = nstep_returns(rewards, dones.astype(np.float32), np.concatenate(bootstrap), n.gamma)
         size = n.t_max * n.n_sim
-        return Batch(np.concatenate(obs), np.concatenate(actions), returns.reshape(size),
-                     np.full(size, self.update, np.int64))
+        return Batch(obs.reshape(size, *obs.shape[2:]), actions.reshape(size),
+                     returns.reshape(size), acted_at.reshape(size))
 
     def close(self) -> None:
-        self._pool.close()
+        for pool in self.pools:
+            pool.close()

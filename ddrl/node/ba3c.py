@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from ddrl.config import Config
+from ddrl.envs import SimPool
 from ddrl.node.base import Node
 from ddrl.node.experience import Batch, ExperienceFifo, SegmentBuilder
 from ddrl.node.learner import Learner, sample_actions
@@ -25,16 +26,18 @@ class BA3CNode(Node):
         self._stop = threading.Event()
         capacity = n.queue_size or 4 * n.batch_size
         self.fifo = ExperienceFifo(math.ceil(capacity / n.t_max), self._stop)
-        groups = np.array_split(np.arange(n.n_sim), n.predictors)
-        self._pools = []
-        for g, members in enumerate(groups):
-            # Half the group per inference batch keeps the other half stepping meanwhile.
-            batch = min(n.predict_batch or max(1, len(members) // 2), len(members))
-            self._pools.append(self.make_pool(f"sim{g}", len(members), batch))
+        self.pools: list[SimPool] = [
+            self.make_pool(f"sim{g}", len(members), _inference_batch(cfg, len(members)))
+            for g, members in enumerate(np.array_split(np.arange(n.n_sim), n.predictors))]
         self._threads = [threading.Thread(target=self._predictor, args=(g, pool), daemon=True,
                                           name=f"predictor-{g}")
-                         for g, pool in enumerate(self._pools)]
+                         for g, pool in enumerate(self.pools)]
         self._error: BaseException | None = None
+
+    @staticmethod
+    def batch_sizes(cfg: Config) -> tuple[int, int]:
+        """(inference batch, training batch) of this mode, for benchmarks of the network alone."""
+        return _inference_batch(cfg, -(-cfg.node.n_sim // cfg.node.predictors)), cfg.node.batch_size
 
     def start(self) -> None:
         for t in self._threads:
@@ -87,6 +90,12 @@ class BA3CNode(Node):
     def close(self) -> None:
         self._stop.set()
         for t in self._threads:
-            t.join(timeout=10)
-        for pool in self._pools:
+            if t.ident is not None:  # a node can close before it started
+                t.join(timeout=10)
+        for pool in self.pools:
             pool.close()
+
+
+def _inference_batch(cfg: Config, group_size: int) -> int:
+    # Half the group per inference batch keeps the other half stepping meanwhile.
+    return min(cfg.node.predict_batch or max(1, group_size // 2), group_size)

@@ -31,7 +31,10 @@ class Learner:
         self._predict = tf.function(self._predict_fn, input_signature=[obs_spec])
         self._gradients = tf.function(self._gradients_fn, input_signature=[
             obs_spec, tf.TensorSpec((None,), tf.int32), tf.TensorSpec((None,), tf.float32)])
-        self._apply = tf.function(self._apply_fn, input_signature=[
+        # XLA fuses Adam's element-wise passes into one loop per variable: about 3x faster
+        # than the unfused Keras update, which costs a quarter of a Nature-CNN training step
+        # on CPU. Only here: XLA's CPU convolutions are slower than oneDNN's.
+        self._apply = tf.function(self._apply_fn, jit_compile=True, input_signature=[
             tf.TensorSpec((self.num_params,), tf.float32)])
 
     def _predict_fn(self, obs):

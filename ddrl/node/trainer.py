@@ -143,9 +143,14 @@ class Trainer:
                 "dropped": res.dropped, "staleness": res.staleness,
                 "t_sim": sim, "t_predict": pred, "t_train": window["t_train"] / n,
                 "t_sync": window["t_sync"] / n, "restart": c.restarts})
+            # Parameter servers sum a rank's reports since rank 0's previous update: per report.
+            reports = np.ones(len(ranks)) if res.messages is None else np.maximum(res.messages, 1)
+            contributed = np.ones(len(ranks), int) if res.applied is None else res.applied
             for r, row in enumerate(ranks):
                 log.append("ranks", {"update": c.update, "wall_time": c.wall_time, "rank": r,
-                                     **dict(zip(RANK_FIELDS, row)), "contributed": 1})
+                                     **dict(zip(RANK_FIELDS, row / reports[r])),
+                                     "contributed": contributed[r]})
+            self._log_servers(res)
             window.update(updates=0, dp=0, t_sync=0.0, t_train=0.0, start=c.wall_time)
         self._poll_eval(wait=False)
         if (self.evaluator is not None and cfg.eval.episodes and c.update % cfg.eval.every == 0
@@ -171,7 +176,15 @@ class Trainer:
         if target is not None and res.mean >= target:
             self._target_reached = True
 
+    def _log_servers(self, res) -> None:
+        for row in res.servers:
+            self.log.append("servers", {"update": self.c.update, "wall_time": self.c.wall_time,
+                                        **row})
+
     def _checkpoint(self) -> Path:
+        # Rows up to the checkpoint must be on disk first: a resume keeps exactly those.
+        self.log.flush()
+        self.sync.pull_state(self.learner)
         c = self.c
         return checkpoint.save(self.run_dir / "checkpoints", checkpoint.Checkpoint(
             c.update, c.frames, c.wall_time, c.restarts, self.learner.get_weights(),
@@ -179,12 +192,20 @@ class Trainer:
 
     def _finish(self, reason: str) -> int:
         self.node.close()
+        final = self.sync.finish(self.learner)
+        if final is not None and self.world.is_root:
+            self._log_servers(final)
         code = EXIT_SIGNALLED if reason == "signal" else 0
         # One line per rank, so anyone can check that all ranks ended with the same weights.
         digest = hashlib.sha256(self.learner.get_weights().tobytes()).hexdigest()[:16]
         print(f"[ddrl] rank {self.world.rank} final weights sha256 {digest}", flush=True)
-        if not self.world.is_root:
-            return code
+        if self.world.is_root:
+            self._finish_root(reason)
+        # No rank exits before rank 0 has saved: launchers kill the job when the first exits.
+        self.world.barrier()
+        return code
+
+    def _finish_root(self, reason: str) -> None:
         c = self.c
         if reason != "signal":
             self._poll_eval(wait=True)
@@ -198,4 +219,3 @@ class Trainer:
         self.progress.maybe_print(c.frames, c.wall_time, c.update, force=True)
         print(f"[ddrl] stopped ({reason}) after {c.update} updates, {c.frames:,} frames; "
               f"log {self.run_dir / 'log.h5'}, checkpoint {path}", flush=True)
-        return code

@@ -1,0 +1,213 @@
+"""`ddrl bench node JOB.toml [--seconds S] [--set k=v ...] [--ranks N]`: one node's throughput
+against two ceilings measured in the same run, on the same cores and threads:
+
+- the emulator alone: the node's own simulator pools stepped with random actions;
+- the network alone: inference and training on synthetic batches of the node's sizes.
+
+The node itself is measured as what it is in production, a real `ddrl train` of the job
+(under `mpirun -n N` with --ranks), read back from its HDF5 log after a warm-up.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ddrl.errors import DdrlError
+
+PEAK_TAG = "[ddrl-bench] peak_rss_bytes"
+SHARES = ("simulate", "predict", "train", "sync", "wait")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", help="TOML job file")
+    p.add_argument("--seconds", type=float, default=20.0,
+                   help="measured seconds of each part: emulator, network, node (default 20)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key (repeatable)")
+    p.add_argument("--ranks", type=int, default=1,
+                   help="run the node as N MPI ranks on this machine (mpirun -n N)")
+
+
+@dataclass
+class NodeFigures:
+    """Whole-job rates per second, and each activity's seconds as a share of an update."""
+    agent_steps: float
+    data_points: float
+    frames: float
+    updates: int
+    shares: dict[str, float]
+    peak_rss: list[int] = field(default_factory=list)
+
+
+def warmup_seconds(seconds: float) -> float:
+    """Tracing of the compiled steps and the first FIFO fill stay out of the figures."""
+    return max(2.0, 0.25 * seconds)
+
+
+def measure_training(job: str, overrides: list[str], seconds: float, frames_per_step: int,
+                     ranks: int = 1) -> NodeFigures:
+    """Runs `ddrl train` for warm-up + `seconds` and reads its steady-state figures."""
+    from ddrl.cpus import mpirun_command
+
+    warmup = warmup_seconds(seconds)
+    with tempfile.TemporaryDirectory(prefix="ddrl-bench-") as tmp:
+        out = Path(tmp) / "run"
+        sets = [*overrides, f"run.max_minutes={(warmup + seconds) / 60}", "eval.episodes=0",
+                "run.log_every=1", "run.checkpoint_minutes=1e6", "run.progress_seconds=1e6"]
+        cmd = [sys.executable, "-m", "ddrl.bench.node", job, "--out", str(out),
+               *(arg for s in sets for arg in ("--set", s))]
+        if ranks > 1:
+            cmd = [*mpirun_command(ranks), *cmd]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
+            raise DdrlError(f"the measured training exited with {proc.returncode}: {tail}")
+        peaks = [int(line.split()[-1]) for line in proc.stdout.splitlines()
+                 if line.startswith(PEAK_TAG)]
+        rows = _train_rows(out / "log.h5")
+    steady = rows[rows["wall_time"] >= warmup]
+    if len(steady) < 2:
+        raise DdrlError(f"fewer than 2 updates after {warmup:.0f} s of warm-up: raise --seconds")
+    first, last = steady[0], steady[-1]
+    span = last["wall_time"] - first["wall_time"]
+    counted = steady[1:]
+    period = span / (last["update"] - first["update"])
+    means = {k: float(counted[f"t_{k}"].mean()) for k in ("sim", "predict", "train", "sync")}
+    shares = {"simulate": means["sim"] / period, "predict": means["predict"] / period,
+              "train": means["train"] / period, "sync": means["sync"] / period,
+              "wait": max(0.0, 1.0 - (means["train"] + means["sync"]) / period)}
+    frames = (last["frames"] - first["frames"]) / span
+    return NodeFigures(frames / frames_per_step, counted["effective_batch"].sum() / span, frames,
+                       int(last["update"] - first["update"]), shares, peaks)
+
+
+def _train_rows(path: Path) -> np.ndarray:
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return f["train"][:]
+
+
+def emulator_rate(pools: list, seconds: float) -> float:
+    """Agent steps/s of the pools with random actions, serviced in turn like the node does."""
+    rng = np.random.default_rng(0)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for pool in pools:
+            step = pool.recv()
+            pool.send(rng.integers(0, pool.n_actions, len(step.env_ids), dtype=np.int32))
+            steps += len(step.env_ids)
+    return steps / (time.perf_counter() - start)
+
+
+def network_rate(learner, obs_shape: tuple[int, ...], obs_dtype: np.dtype, infer_batch: int,
+                 train_batch: int, seconds: float) -> float:
+    """Data points/s of the network alone: per training batch, one gradient step with its Adam
+    update plus the inference calls that chose its actions, on synthetic observations."""
+    from ddrl.node.learner import sample_actions
+
+    rng = np.random.default_rng(0)
+
+    def observations(n: int) -> np.ndarray:
+        if np.issubdtype(obs_dtype, np.integer):
+            return rng.integers(0, 256, (n, *obs_shape), dtype=obs_dtype)
+        return rng.standard_normal((n, *obs_shape)).astype(obs_dtype)
+
+    infer_obs, train_obs = observations(infer_batch), observations(train_batch)
+    actions = rng.integers(0, learner.n_actions, train_batch, dtype=np.int32)
+    returns = rng.uniform(-1, 1, train_batch).astype(np.float32)
+    calls = math.ceil(train_batch / infer_batch)
+
+    def one_batch() -> None:
+        for _ in range(calls):
+            sample_actions(learner.predict(infer_obs)[0], rng)
+        learner.apply(learner.gradients(train_obs, actions, returns)[0])
+
+    one_batch()  # traces the compiled steps
+    batches, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        one_batch()
+        batches += 1
+    return batches * train_batch / (time.perf_counter() - start)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ddrl.config import load_config
+    from ddrl.cpus import configure_tensorflow, cores_per_rank
+    from ddrl.envs import check_env_id
+
+    if args.seconds <= 0 or args.ranks < 1:
+        raise DdrlError("--seconds must be > 0 and --ranks >= 1")
+    cfg = load_config(args.job, args.set)
+    check_env_id(cfg.env.id)
+    threads = cores_per_rank(cfg.node.threads, args.ranks)
+    configure_tensorflow(threads, deterministic=cfg.node.mode == "a2c")
+
+    from ddrl.envs import env_spec
+    from ddrl.models import forward_flops
+    from ddrl.node.learner import Learner
+    from ddrl.train import _node_class
+
+    obs_shape, obs_dtype, n_actions = env_spec(cfg)
+    learner = Learner(cfg, obs_shape, obs_dtype, n_actions)
+    node_cls = _node_class(cfg)
+    infer_batch, train_batch = node_cls.batch_sizes(cfg)
+    print(f"ddrl bench node {args.job}: {cfg.env.id}, {cfg.node.mode}, {cfg.node.n_sim} simulators, "
+          f"net {cfg.model.arch} ({learner.num_params:,} params, "
+          f"{forward_flops(learner.model) / 1e6:.2f} MFLOP/obs), {cfg.model.precision}, "
+          f"batches {infer_batch} (inference) / {train_batch} (training), "
+          f"{args.ranks} rank(s) x {threads} thread(s), {args.seconds:g} s per part", flush=True)
+
+    node = node_cls(cfg, learner, rank=0, restart=0)
+    try:
+        frames_per_step = node.pools[0].frames_per_step
+        emulator = emulator_rate(node.pools, args.seconds) * args.ranks
+    finally:
+        node.close()
+    network = network_rate(learner, obs_shape, obs_dtype, infer_batch, train_batch,
+                           args.seconds) * args.ranks
+    fig = measure_training(args.job, args.set, args.seconds, frames_per_step, args.ranks)
+    print(format_report(fig, emulator, network, frames_per_step, args.ranks))
+    return 0
+
+
+def format_report(fig: NodeFigures, emulator: float, network: float, frames_per_step: int,
+                  ranks: int) -> str:
+    scaled = f" (one rank's x {ranks})" if ranks > 1 else ""
+    lines = [
+        f"{'':26s}{'agent steps/s':>15s}{'data points/s':>15s}{'frames/s':>12s}",
+        f"{'emulator alone' + scaled:26s}{emulator:15,.0f}{'-':>15s}{emulator * frames_per_step:12,.0f}",
+        f"{'network alone' + scaled:26s}{'-':>15s}{network:15,.0f}{'-':>12s}",
+        f"{'node':26s}{fig.agent_steps:15,.0f}{fig.data_points:15,.0f}{fig.frames:12,.0f}",
+        f"node / emulator alone: {fig.agent_steps / emulator:.2f}   "
+        f"node / network alone: {fig.data_points / network:.2f}   ({fig.updates} updates measured)",
+        "time shares of an update: " + "  ".join(f"{k} {fig.shares[k]:.0%}" for k in SHARES),
+        "  (simulate and predict run on the actor side, overlapping train in ba3c; "
+        "wait is the rest of the trainer's update: waiting for data, the Adam step, logging)",
+    ]
+    if ranks > 1:
+        lines.append(f"gradient sync: {fig.shares['sync']:.1%} of each update")
+    if fig.peak_rss:
+        per_rank = ", ".join(f"{b / 2**30:.2f}" for b in fig.peak_rss)
+        lines.append(f"peak resident memory per rank: {max(fig.peak_rss) / 2**30:.2f} GiB"
+                     + (f" (ranks: {per_rank} GiB)" if len(fig.peak_rss) > 1 else ""))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    # One rank of the measured training, then its peak resident memory: getrusage has the
+    # kernel's high-water mark, which psutil does not expose on Linux.
+    from ddrl.cli import main
+
+    code = main(["train", *sys.argv[1:]])
+    print(PEAK_TAG, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, flush=True)
+    sys.exit(code)

@@ -1,0 +1,112 @@
+"""`ddrl bench compare-sb3 [--seconds S] [--game ALE/Pong-v5]`: Stable-Baselines3 A2C and ddrl
+on the same game, side by side in one run, with the same work per update: 16 simulators,
+5 steps each (80 data points), the Nature CNN, the same number of CPU threads.
+
+SB3 runs as its users run it on Atari: `make_atari_env` (its AtariWrapper, DummyVecEnv),
+`VecFrameStack(4)` and `A2C("CnnPolicy", n_steps=5)`; the v5 game's own frame skip is turned
+off because AtariWrapper skips 4 frames itself (sticky actions 0.25 stay, as in ddrl).
+stable-baselines3 is an optional extra (`pip install 'ddrl[sb3]'`), never a dependency.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from ddrl.errors import DdrlError
+
+N_ENVS = 16
+N_STEPS = 5
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seconds", type=float, default=60.0,
+                   help="measured seconds of each run, after a warm-up (default 60)")
+    p.add_argument("--game", default="ALE/Pong-v5", help="ALE game id (default ALE/Pong-v5)")
+    p.add_argument("--mode", choices=("a2c", "ba3c"), default="a2c",
+                   help="ddrl's node: a2c (t_max 5) or ba3c (batch 80) (default a2c)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="alternate SB3 and ddrl this many times, so drifting load hits both")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra ddrl config override (repeatable), e.g. model.precision=bfloat16")
+
+
+def sb3_rate(game: str, seconds: float, warmup: float, threads: int, seed: int = 0) -> float:
+    """SB3 A2C agent steps/s after `warmup` seconds of training."""
+    import torch
+    from stable_baselines3 import A2C
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    torch.set_num_threads(threads)
+
+    class Clock(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.start = self.t0 = self.n0 = self.rate = None
+
+        def _on_training_start(self) -> None:
+            self.start = time.perf_counter()
+
+        def _on_step(self) -> bool:
+            now = time.perf_counter()
+            if self.t0 is None:
+                if now - self.start >= warmup:
+                    self.t0, self.n0 = now, self.num_timesteps
+                return True
+            if now - self.t0 < seconds:
+                return True
+            self.rate = (self.num_timesteps - self.n0) / (now - self.t0)
+            return False
+
+    env = VecFrameStack(make_atari_env(game, n_envs=N_ENVS, seed=seed,
+                                       env_kwargs={"frameskip": 1}), n_stack=4)
+    clock = Clock()
+    try:
+        A2C("CnnPolicy", env, n_steps=N_STEPS, device="cpu", seed=seed).learn(
+            total_timesteps=10**12, callback=clock)
+    finally:
+        env.close()
+    return clock.rate
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import stable_baselines3  # noqa: F401
+    except ImportError:
+        raise DdrlError("stable-baselines3 is not installed: pip install 'ddrl[sb3]' "
+                        "(it needs torch and opencv-python)") from None
+    from ddrl.bench.node import measure_training, warmup_seconds
+    from ddrl.config import load_config
+    from ddrl.cpus import cores_per_rank
+    from ddrl.envs import check_env_id
+
+    if args.seconds <= 0 or args.rounds < 1:
+        raise DdrlError("--seconds must be > 0 and --rounds >= 1")
+    if not args.game.startswith("ALE/"):
+        raise DdrlError(f"--game {args.game!r}: compare-sb3 needs an ALE game like ALE/Pong-v5")
+    check_env_id(args.game)
+    node = ["node.t_max=5"] if args.mode == "a2c" else [f"node.batch_size={N_ENVS * N_STEPS}"]
+    cfg = load_config(None, [f"env.id={args.game}", f"node.mode={args.mode}",
+                             f"node.n_sim={N_ENVS}", "model.arch=nature", "sync.backend=none",
+                             *node, *args.set])
+    threads = cores_per_rank(cfg.node.threads, 1)
+    print(f"compare-sb3 {args.game}: {N_ENVS} simulators, Nature CNN, {N_ENVS * N_STEPS} data "
+          f"points per update, {threads} CPU threads, {args.seconds:g} s measured per run; "
+          f"ddrl {args.mode} ({cfg.model.precision})", flush=True)
+    print(f"{'round':>5s}{'SB3 A2C steps/s':>17s}{'ddrl steps/s':>14s}{'ddrl / SB3':>12s}", flush=True)
+    ratios = []
+    with tempfile.TemporaryDirectory(prefix="ddrl-sb3-") as tmp:
+        job = Path(tmp) / "job.toml"
+        job.write_text(cfg.to_toml())
+        for r in range(args.rounds):
+            sb3 = sb3_rate(args.game, args.seconds, warmup_seconds(args.seconds), threads)
+            ours = measure_training(str(job), [], args.seconds, cfg.env.frame_skip).agent_steps
+            ratios.append(ours / sb3)
+            print(f"{r + 1:5d}{sb3:17,.0f}{ours:14,.0f}{ours / sb3:12.2f}", flush=True)
+    if len(ratios) > 1:
+        print(f"ddrl / SB3 over {len(ratios)} rounds: min {min(ratios):.2f}, "
+              f"mean {sum(ratios) / len(ratios):.2f}")
+    return 0

@@ -1,0 +1,168 @@
+"""Parameter-server mode (`sync.mode = "ps"`): rank layout, message formats, shared helpers.
+
+Ranks 0..W-1 are workers and the last `sync.ps` ranks are servers, so rank 0 stays the
+chief that logs, evaluates and checkpoints whatever the mode. Server s holds one contiguous
+slice of the flat parameter vector and that slice's Adam state; workers send gradient slices
+and get weight slices back, point to point.
+
+Server 0 is also the sequencer: it alone decides which gradients make an update (k-of-n) or
+the order they apply in (async), and tells the other servers in one ordered control stream.
+So every slice goes through the same updates, a gradient is applied or dropped as a whole,
+and all slices a worker gets back belong to the same version of the weights.
+
+Messages: a worker sends each server a float64 META vector (kind, version, gradients sent,
+wants Adam state, then the side channel for server 0) and, for a gradient, its float32 slice
+as DATA. A server answers with a float64 REPLY vector (its STATUS, then for the asking worker
+the INTERVAL figures since that worker's previous reply) and its weight slice, plus the Adam
+moments when the worker asked for state.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ddrl.errors import DdrlError
+
+# Message tags. Each (source, tag) pair is FIFO in MPI, so one tag per kind of payload keeps
+# a worker's META and DATA, and a server's REPLY and slices, matched in order.
+META, DATA, REPLY, WEIGHTS, MOMENT, VELOCITY, CONTROL = range(11, 18)
+# Worker -> server META kinds.
+GRAD, STATE, BYE = range(3)
+META_HEAD = ("kind", "version", "sent", "want_state")
+# Server 0 -> other servers, in order: which pending worker messages to resolve how.
+APPLY, DROP, SNAPSHOT, FINISH = range(4)
+# A server's cumulative figures, first in every reply; the `servers` log table's columns.
+STATUS = ("version", "iterations", "lost", "received", "applied", "dropped", "sent",
+          "staleness_sum", "bytes_in", "bytes_out", "t_busy", "t_apply")
+# Since the asking worker's previous reply: gradients applied and dropped (all workers), the
+# summed staleness of those applied; then per worker: reports and gradients applied; then the
+# side channel summed over every message in between.
+INTERVAL = ("contributors", "dropped", "staleness")
+EXIT_ABORTED = 4
+
+
+def make_ps(cfg, world):
+    """Check the PS options against the world, then this rank's side: a worker's PsSync
+    or a ParameterServer. All ranks call it (splitting off the workers is collective)."""
+    s = cfg.sync
+    if world.size <= s.ps:
+        raise DdrlError(f"sync.mode = 'ps' with sync.ps = {s.ps} needs at least {s.ps + 1} ranks "
+                        f"(one worker or more), got {world.size}")
+    if s.backend != "mpi":
+        raise DdrlError("sync.mode = 'ps' sends with mpi4py point to point: set sync.backend = 'mpi'")
+    layout = Layout.of(s.ps, world.size)
+    servers = [r for r in cfg.debug.slow_ranks if r >= layout.workers]
+    if servers:
+        raise DdrlError(f"config key debug.slow_ranks: rank {servers[0]} is a parameter server "
+                        f"(workers are ranks 0..{layout.workers - 1})")
+    if s.async_ and s.aggregate != 1:
+        raise DdrlError("config key sync.aggregate: with sync.async = true every gradient is "
+                        "applied on arrival; k-of-n is for synchronous updates")
+    quorum(s.aggregate, layout.workers)
+    is_server = world.rank >= layout.workers
+    # The workers get a communicator of their own, as if they were the whole job.
+    own = world.comm.Split(int(is_server), world.rank)
+    if is_server:
+        from ddrl.dist.ps_server import ParameterServer
+
+        return ParameterServer(cfg, world, layout)
+    from ddrl.dist.ps_worker import PsSync
+
+    return PsSync(cfg, world, own, layout)
+
+
+@dataclass(frozen=True)
+class Layout:
+    workers: int
+    servers: int
+
+    @classmethod
+    def of(cls, ps: int, world_size: int) -> "Layout":
+        return cls(world_size - ps, ps)
+
+    def server_rank(self, s: int) -> int:
+        return self.workers + s
+
+    def bounds(self, num_params: int) -> list[tuple[int, int]]:
+        """Contiguous slices of equal size: every parameter is float32, so equal counts are
+        equal bytes on the wire and equal Adam work per server."""
+        edges = np.linspace(0, num_params, self.servers + 1).round().astype(int)
+        return [(int(lo), int(hi)) for lo, hi in zip(edges[:-1], edges[1:])]
+
+    def reply_size(self, extras: int) -> int:
+        return len(STATUS) + len(INTERVAL) + 2 * self.workers + extras
+
+
+def quorum(aggregate: float, workers: int) -> int:
+    """Gradients per synchronous update: a fraction of the workers (rounded up, so 0.9 means
+    at least 90%) when aggregate <= 1, else a count."""
+    if aggregate <= 1:
+        return max(1, math.ceil(aggregate * workers - 1e-9))
+    if not float(aggregate).is_integer():
+        raise DdrlError(f"config key sync.aggregate: {aggregate} is neither a fraction <= 1 "
+                        "nor a whole number of workers")
+    if aggregate > workers:
+        raise DdrlError(f"config key sync.aggregate: {int(aggregate)} gradients per update but "
+                        f"only {workers} worker rank(s)")
+    return int(aggregate)
+
+
+class Backoff:
+    """Polling with growing sleeps: Open MPI's blocking waits spin a core, which the
+    simulators of the other ranks on the node need more than a waiting rank does."""
+
+    def __init__(self, first: float = 2e-5, longest: float = 1e-3):
+        self._first, self._longest = first, longest
+        self._delay = first
+
+    def reset(self) -> None:
+        self._delay = self._first
+
+    def sleep(self) -> None:
+        time.sleep(self._delay)
+        self._delay = min(self._delay * 2, self._longest)
+
+
+def wait_all(requests: list, timeout: float) -> bool:
+    """Whether all requests completed within `timeout` seconds."""
+    from mpi4py import MPI
+
+    deadline = time.monotonic() + timeout
+    backoff = Backoff()
+    while not MPI.Request.Testall(requests):
+        if time.monotonic() > deadline:
+            return False
+        backoff.sleep()
+    return True
+
+
+def abort(comm, message: str) -> None:
+    """End the whole job: a rank that cannot go on would leave the others waiting forever,
+    and under mpirun or srun only MPI_Abort also takes down a rank that hangs."""
+    print(f"ddrl: error: {message}", file=sys.stderr, flush=True)
+    comm.Abort(EXIT_ABORTED)
+
+
+def adam_slots(optimizer) -> tuple[list, list]:
+    """The Adam first and second moment variables, in the order of the model's variables."""
+    return optimizer._momentums, optimizer._velocities
+
+
+def flat_moments(optimizer) -> tuple[np.ndarray, np.ndarray]:
+    m, v = adam_slots(optimizer)
+    return (np.concatenate([x.numpy().ravel() for x in m]).astype(np.float32),
+            np.concatenate([x.numpy().ravel() for x in v]).astype(np.float32))
+
+
+def set_flat_moments(optimizer, iterations: int, m: np.ndarray, v: np.ndarray) -> None:
+    optimizer.iterations.assign(iterations)
+    for slots, flat in zip(adam_slots(optimizer), (m, v)):
+        offset = 0
+        for var in slots:
+            size = int(np.prod(var.shape))
+            var.assign(flat[offset:offset + size].reshape(var.shape))
+            offset += size

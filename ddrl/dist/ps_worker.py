@@ -1,0 +1,134 @@
+"""The worker side of parameter-server mode: the trainer's `update` becomes one exchange with
+every server (gradient slices out, weight slices of the next version back)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ddrl.config import Config
+from ddrl.dist.ps import (BYE, DATA, GRAD, INTERVAL, META, MOMENT, REPLY, STATE, STATUS,
+                          VELOCITY, WEIGHTS, Layout, abort, set_flat_moments, wait_all)
+from ddrl.dist.sync import LocalSync, SyncResult, bcast
+from ddrl.dist.world import World
+from ddrl.errors import DdrlError
+from ddrl.node.learner import Learner
+
+
+@dataclass
+class WorkerWorld(World):
+    """The worker ranks as the trainer sees them: a communicator without the servers."""
+    job_comm: Any = None
+    # Workers left out after sync.timeout of silence, as server 0 reported at the end.
+    lost: int = 0
+
+    def barrier(self) -> None:
+        if self.lost and self.is_root:
+            # A left-out worker never arrives, and may hang rather than be dead: rank 0 has
+            # saved by now, and only MPI_Abort also ends a hung rank.
+            abort(self.job_comm, f"{self.lost} worker rank(s) sent nothing for sync.timeout "
+                                 "and were left out; the run is saved; ending the job")
+        super().barrier()
+
+
+class PsSync(LocalSync):
+    name = "ps"
+
+    def __init__(self, cfg: Config, world: World, own_comm, layout: Layout):
+        super().__init__(WorkerWorld(world.rank, layout.workers, world.local_rank,
+                                     world.local_size, world.nodes, own_comm, world.comm))
+        self._job = world
+        self._comm = world.comm
+        self._layout = layout
+        # Longer than a server waits for a silent worker, so that the server's decision (go on
+        # without it) comes first; past it, a server must be dead or hung.
+        self._deadline = 2 * cfg.sync.timeout + 10
+        self._version = 0
+        self._sent = 0
+        self._extras = 0
+        self._weights: np.ndarray | None = None
+        self._finished = False
+
+    def broadcast(self, array: np.ndarray) -> np.ndarray:
+        # The servers take their slices from rank 0's weights and Adam state, so they join in.
+        return bcast(self._comm, array)
+
+    def update(self, learner: Learner, grad: np.ndarray, extras: np.ndarray) -> SyncResult:
+        start = time.perf_counter()
+        self._sent += 1
+        self._extras = extras.size
+        replies = self._exchange(learner, GRAD, grad=grad, extras=extras)
+        return self._result(replies, time.perf_counter() - start)
+
+    def pull_state(self, learner: Learner) -> None:
+        if not self._finished:
+            self._exchange(learner, STATE, state=True)
+
+    def finish(self, learner: Learner) -> SyncResult:
+        start = time.perf_counter()
+        replies = self._exchange(learner, BYE, state=self.world.is_root)
+        self._finished = True
+        res = self._result(replies, time.perf_counter() - start)
+        self.world.lost = int(res.servers[0]["lost"])
+        return res
+
+    def close(self) -> None:
+        if self._finished:
+            # The servers wait there too, so no rank leaves before rank 0 has saved.
+            self.world.barrier()
+            self._job.barrier()
+
+    def _exchange(self, learner: Learner, kind: int, grad: np.ndarray | None = None,
+                  extras: np.ndarray | None = None, state: bool = False) -> list[np.ndarray]:
+        """Send to every server, take back its weight slice (and Adam moments), all slices of
+        one version by the sequencing of server 0; the learner ends on those weights."""
+        comm, layout = self._comm, self._layout
+        bounds = layout.bounds(learner.num_params)
+        if self._weights is None:
+            self._weights = np.empty(learner.num_params, np.float32)
+        moments = [np.empty_like(self._weights) for _ in range(2)] if state else []
+        replies = [np.empty(layout.reply_size(self._extras)) for _ in bounds]
+        requests = []
+        # Receives first, so the replies land in place rather than in MPI's unexpected queue.
+        for s, (lo, hi) in enumerate(bounds):
+            src = layout.server_rank(s)
+            requests.append(comm.Irecv(replies[s], src, REPLY))
+            for buf, tag in zip([self._weights, *moments], (WEIGHTS, MOMENT, VELOCITY)):
+                requests.append(comm.Irecv(buf[lo:hi], src, tag))
+        side = extras if extras is not None else np.zeros(self._extras)
+        for s, (lo, hi) in enumerate(bounds):
+            if kind == STATE and s > 0:
+                continue  # server 0 orders the snapshot on the others
+            dest = layout.server_rank(s)
+            head = [kind, self._version, self._sent, float(state)]
+            requests.append(comm.Isend(np.concatenate([head, side if s == 0 else []]), dest, META))
+            if grad is not None:
+                requests.append(comm.Isend(grad[lo:hi], dest, DATA))
+        if not wait_all(requests, self._deadline):
+            raise DdrlError(f"worker rank {self.world.rank}: no answer from the parameter servers "
+                            f"within {self._deadline:.0f} s (2 x sync.timeout + 10 s); a server "
+                            "rank died or hangs")
+        versions = {int(r[0]) for r in replies}
+        if len(versions) != 1:
+            raise RuntimeError(f"parameter servers answered with versions {sorted(versions)}")
+        self._version = versions.pop()
+        learner.set_weights(self._weights)
+        if state:
+            set_flat_moments(learner.optimizer, int(replies[0][STATUS.index("iterations")]),
+                             *moments)
+        return replies
+
+    def _result(self, replies: list[np.ndarray], seconds: float) -> SyncResult:
+        w = self._layout.workers
+        part = replies[0][len(STATUS):]
+        contributors, dropped, staleness = (int(x) for x in part[:len(INTERVAL)])
+        per_worker = part[len(INTERVAL):len(INTERVAL) + 2 * w].astype(np.int64)
+        extras = part[len(INTERVAL) + 2 * w:len(INTERVAL) + 2 * w + self._extras]
+        return SyncResult(
+            extras.astype(np.float32), contributors, seconds, dropped,
+            staleness / contributors if contributors else 0.0,
+            applied=per_worker[w:], messages=per_worker[:w],
+            servers=[{"server": s, **dict(zip(STATUS, r[:len(STATUS)].tolist()))}
+                     for s, r in enumerate(replies)])

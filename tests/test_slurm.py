@@ -1,0 +1,203 @@
+"""The batch scripts in slurm/ and `ddrl slurm`, on a real one-node Slurm cluster.
+
+The training tests run short CartPole jobs (a few seconds of training each; most of their
+time is TensorFlow starting) and check what the scripts promise: where the run directory
+is, that a warning signal ends in checkpoint, requeue and resume within one log, that array
+tasks get their own directories and seeds, and that a bad job file fails in one line.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from ddrl import checkpoint
+from ddrl.cli import main as ddrl_main
+from slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401  (the fixture)
+
+REPO = Path(__file__).resolve().parents[1]
+SLURM = REPO / "slurm"
+CARTPOLE = REPO / "jobs" / "cartpole.toml"
+# No evaluation episodes: they would only compete with training for the 2 cores.
+FAST = ("--set", "eval.episodes=0")
+
+
+def ddrl_slurm(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ddrl", "slurm", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def train_rows(log: Path) -> np.ndarray:
+    with h5py.File(log, "r", swmr=True) as f:
+        return f["train"][:]
+
+
+def wait_for_training(cluster: SlurmCluster, job_id: str, log: Path, timeout: float) -> None:
+    """Until the run has logged updates: then a signal stops it mid-run, not at startup."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert cluster.state(job_id) in ("PENDING", "RUNNING"), cluster.records(job_id)
+        try:
+            if log.exists() and len(train_rows(log)):
+                return
+        except OSError:  # the writer has not switched the new file to SWMR yet
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"job {job_id} logged no updates in {timeout} s")
+
+
+# --- `ddrl slurm`, no cluster needed ----------------------------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    (("--set", "run.max_frame=10"), "unknown config key 'run.max_frame'"),
+    (("--time", "00:02:00"), "--time 00:02:00 is too short"),
+    (("--time", "tomorrow"), "--time 'tomorrow'"),
+    (("--array", "0-9%"), "--array '0-9%'"),
+    (("--gpus-per-node", "8", "--tasks-per-node", "4"), "one rank per GPU"),
+])
+def test_slurm_command_rejects_bad_input(args, message):
+    proc = ddrl_slurm(str(CARTPOLE), *args)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("ddrl: error: ") and message in proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+def test_gpu_script_gives_each_rank_one_gpu():
+    script = ddrl_slurm(str(CARTPOLE), "--gpus-per-node", "4", "--cpus-per-task", "8").stdout
+    assert "#SBATCH --ntasks-per-node=4\n" in script and "#SBATCH --gres=gpu:4\n" in script
+    # The per-rank GPU choice, run as each rank would run it.
+    for visible, local_rank, expected in (("4,5,6,7", "2", "6"), ("3", "1", "3")):
+        proc = subprocess.run(
+            ["bash", "-c", f'source {SLURM}/launch.sh && bash -c "$DDRL_RANK_SH" rank printenv '
+                           "CUDA_VISIBLE_DEVICES"],
+            env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": visible,
+                 "SLURM_LOCALID": local_rank},
+            capture_output=True, text=True, check=True)
+        assert proc.stdout.strip() == expected
+
+
+def resolve(monkeypatch, capsys, env: dict[str, str], *args: str) -> list[str]:
+    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert ddrl_main(["slurm", "--resolve", *args]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_resolve_names_run_directories_and_resumes(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    job = str(CARTPOLE)
+    assert resolve(monkeypatch, capsys, {"SLURM_JOB_ID": "77"}, job, "--set", "run.seed=5") == [
+        job, "--out", str(tmp_path / "runs/cartpole-77"), "--set", "run.seed=5"]
+    # A requeued job (same id) finds its checkpoint.
+    (tmp_path / "runs/cartpole-77/checkpoints").mkdir(parents=True)
+    (tmp_path / "runs/cartpole-77/checkpoints/ckpt-0000000010.npz").touch()
+    assert "--resume" in resolve(monkeypatch, capsys, {"SLURM_JOB_ID": "77"}, job)
+    # Array tasks: own directory, seed = the job's seed + task id.
+    array = {"SLURM_JOB_ID": "81", "SLURM_ARRAY_JOB_ID": "80", "SLURM_ARRAY_TASK_ID": "1"}
+    assert resolve(monkeypatch, capsys, array, job, "--set", "run.seed=10") == [
+        job, "--out", str(tmp_path / "runs/cartpole-80_1"), "--set", "run.seed=10",
+        "--set", "run.seed=11"]
+    assert resolve(monkeypatch, capsys, array, job, "--out", "sweep")[2] == str(tmp_path / "sweep_1")
+    # Sweeps: task i takes line i, which may name another job file.
+    sweep = tmp_path / "sweep.txt"
+    sweep.write_text(f"# lr sweep\noptim.lr=1e-3\n\n{job} optim.lr=3e-4 'node.n_sim=4'  # x\n")
+    assert resolve(monkeypatch, capsys, array, str(REPO / "jobs/pong.toml"), "--sweep",
+                   str(sweep)) == [job, "--out", str(tmp_path / "runs/cartpole-80_1"),
+                                   "--set", "optim.lr=3e-4", "--set", "node.n_sim=4"]
+
+
+# --- on the cluster -----------------------------------------------------------------------------
+
+def test_cluster_runs_a_two_task_job(slurm_cluster):
+    job = slurm_cluster.submit(None, options=("--ntasks=2",),
+                               stdin='#!/bin/bash\nsrun hostname\necho "tasks $SLURM_NTASKS"\n')
+    [result] = slurm_cluster.wait(job, timeout=60)
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), result.text()
+    assert "tasks 2" in result.text()
+
+
+@pytest.mark.parametrize("args", [(), ("--array", "0-3%2", "--mem", "1G"),
+                                  ("--nodes", "1", "--tasks-per-node", "2", "--cpus-per-task", "2",
+                                   "--time", "1-00:00:00", "--partition", "debug")])
+def test_printed_script_is_accepted_by_sbatch(slurm_cluster, args):
+    script = ddrl_slurm(str(CARTPOLE), *args)
+    assert script.returncode == 0, script.stderr
+    proc = slurm_cluster.run("sbatch", "--test-only", input=script.stdout, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_train_script_two_ranks(slurm_cluster, tmp_path):
+    out = tmp_path / "run"
+    job = slurm_cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),
+                               "--set", "run.max_frames=8000", *FAST)
+    [result] = slurm_cluster.wait(job, timeout=150)
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), result.text()
+    assert f"ddrl: run directory {out}\n" in result.text()
+    with h5py.File(out / "log.h5", "r", swmr=True) as f:
+        assert f.attrs["world_size"] == 2
+        assert len(f["train"])
+    assert checkpoint.load(checkpoint.latest(out / "checkpoints")).frames >= 8000
+
+
+def test_warning_signal_checkpoints_requeues_and_resumes(slurm_cluster, tmp_path):
+    out = tmp_path / "run"
+    job = slurm_cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),
+                               "--set", "run.max_frames=24000", *FAST)
+    wait_for_training(slurm_cluster, job, out / "log.h5", timeout=90)
+    # What Slurm sends 120 s before the time limit (--signal=B:USR1@120).
+    slurm_cluster.run("scancel", "--signal=USR1", "--batch", job)
+    [result] = slurm_cluster.wait(job, timeout=180)
+    text = result.text()
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), text
+    assert result.restarts >= 1 and f"job {job} requeued" in text and "(resuming)" in text, text
+    with h5py.File(out / "log.h5", "r", swmr=True) as f:
+        assert f.attrs["restarts"] >= 1
+        rows = f["train"][:]
+    updates = rows["update"]
+    assert np.all(np.diff(updates) > 0), f"duplicated or unordered updates: {updates}"
+    assert set(rows["restart"]) >= {0, 1}, "the log should hold rows from before and after"
+    assert checkpoint.load(checkpoint.latest(out / "checkpoints")).frames >= 24000
+
+
+def test_printed_array_script_runs_two_seeds(slurm_cluster, tmp_path):
+    script = ddrl_slurm(str(CARTPOLE), "--array", "0-1", "--tasks-per-node", "1",
+                        "--set", "run.max_frames=8000", *FAST)
+    assert script.returncode == 0, script.stderr
+    # The array also covers the mpirun launcher. Unbound: with task/none each task's mpirun
+    # would pin its rank to core 0.
+    job = slurm_cluster.submit(None, options=(f"--chdir={tmp_path}",), stdin=script.stdout,
+                               env={"DDRL_LAUNCHER": "mpirun", "DDRL_MPIRUN_ARGS": "--bind-to none"})
+    results = slurm_cluster.wait(job, timeout=150)
+    assert [(r.state, r.exit_code) for r in results] == [("COMPLETED", 0)] * 2, \
+        [r.text() for r in results]
+    seeds = []
+    for task in (0, 1):
+        run_dir = tmp_path / "runs" / f"cartpole-{job}_{task}"
+        assert (run_dir / "log.h5").is_file() and checkpoint.latest(run_dir / "checkpoints")
+        seeds.append(next(line for line in (run_dir / "config.toml").read_text().splitlines()
+                          if line.startswith("seed =")))
+    assert seeds == ["seed = 0", "seed = 1"]
+
+
+def test_bad_job_file_fails_fast_in_one_line(slurm_cluster, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(CARTPOLE.read_text() + "\n[debug]\nslow_rank = [1]\n")
+    started = time.monotonic()
+    # Job file and run directory given the other way, through the environment.
+    job = slurm_cluster.submit(SLURM / "train.sbatch",
+                               env={"DDRL_JOB": str(bad), "DDRL_OUT": str(tmp_path / "run")})
+    [result] = slurm_cluster.wait(job, timeout=60)
+    text = result.text()
+    assert (result.state, result.exit_code) == ("FAILED", 2), text
+    errors = [line for line in text.splitlines() if line.startswith("ddrl: error:")]
+    assert len(errors) == 1 and "unknown config key 'debug.slow_rank'" in errors[0], text
+    assert "Traceback" not in text and "srun" not in text, text
+    assert time.monotonic() - started < 30
