@@ -8,7 +8,8 @@ APT_PACKAGES := openmpi-bin libopenmpi-dev cmake g++ make slurm-wlm munge
 MPIRUN := mpirun --allow-run-as-root --oversubscribe
 RUN_RANKS ?= 2
 RUN_MINUTES ?= 4
-RUN_OUT ?= runs/make-run
+RUN_STAMP := $(shell date +%Y%m%d-%H%M%S)
+RUN_OUT ?= runs/pong-$(RUN_STAMP)
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 
 .PHONY: setup run test bench clean-venv
@@ -38,9 +39,11 @@ $(VENV)/.horovod: $(VENV)/.deps
 	  $(PIP) install -q --no-cache-dir --no-build-isolation -c $(CONSTRAINTS) horovod
 	@touch $@
 
+# The main job: Pong on 2 ranks for a bounded time, then the summary of its log.
 run: setup
-	$(MPIRUN) -n $(RUN_RANKS) $(VENV)/bin/ddrl train jobs/pong.toml --out $(RUN_OUT) \
-	  --set run.max_minutes=$(RUN_MINUTES)
+	$(MPIRUN) --bind-to none -n $(RUN_RANKS) $(VENV)/bin/ddrl train jobs/pong.toml \
+	  --out $(RUN_OUT) --set run.max_minutes=$(RUN_MINUTES) --set run.checkpoint_minutes=2
+	$(VENV)/bin/ddrl analyze $(RUN_OUT)
 
 test: setup
 	$(PY) -m pytest -q tests

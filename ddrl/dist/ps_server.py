@@ -48,6 +48,8 @@ class ParameterServer:
         self._data: dict[int, np.ndarray] = {}
         self._inbox: dict[int, np.ndarray] = {}
         self._sent = np.zeros(layout.workers)
+        # Since when each worker could have sent something: its last message or our last reply.
+        self._free_since = np.full(layout.workers, time.monotonic())
         # Running INTERVAL totals, then the side channel; a reply sends the difference to the
         # row of `_marks` kept for that worker at its previous reply.
         self._totals = np.zeros(len(INTERVAL) + 2 * layout.workers)
@@ -96,19 +98,18 @@ class ParameterServer:
         live, lost = set(range(self.workers)), set()
         pending: list[int] = []  # synchronous: gradients on the current version, short of k
         byes: dict[int, bool] = {}  # worker -> wants the Adam state back
-        heard = np.full(self.workers, time.monotonic())
+        self._free_since[:] = time.monotonic()
         probe, backoff = MPI.Status(), Backoff()
         while live:
             self._prune_sends()
             if not self._comm.Iprobe(MPI.ANY_SOURCE, META, probe):
-                if not self._expire(live, lost, pending, byes, heard):
+                if not self._expire(live, lost, pending, byes):
                     backoff.sleep()
                     continue
             else:
                 backoff.reset()
                 start = time.perf_counter()
                 w, meta = self._receive(probe)
-                heard[w] = time.monotonic()
                 if w in lost:
                     lost.discard(w)
                     live.add(w)
@@ -138,12 +139,13 @@ class ParameterServer:
         self._decide(FINISH, sorted(byes), byes)
 
     def _expire(self, live: set[int], lost: set[int], pending: list[int],
-                byes: dict[int, bool], heard: np.ndarray) -> bool:
+                byes: dict[int, bool]) -> bool:
         """Leave out the workers that server 0 waits for and that stayed silent too long."""
         if not pending and not byes:
             return False
         now = time.monotonic()
-        silent = sorted(w for w in live if w not in pending and now - heard[w] > self._timeout)
+        silent = sorted(w for w in live
+                        if w not in pending and now - self._free_since[w] > self._timeout)
         for w in silent:
             if w == 0:
                 abort(self._comm, f"the chief (rank 0) sent nothing for {self._timeout:g} s "
@@ -254,6 +256,7 @@ class ParameterServer:
         from mpi4py import MPI
 
         w = probe.Get_source()
+        self._free_since[w] = time.monotonic()
         meta = np.empty(probe.Get_count(MPI.DOUBLE))
         self._comm.Recv(meta, w, META)
         self.status["bytes_in"] += meta.nbytes
@@ -293,6 +296,7 @@ class ParameterServer:
         for buf, tag in out:
             self._sends.append(self._comm.Isend(buf, w, tag))
             self.status["bytes_out"] += buf.nbytes
+        self._free_since[w] = time.monotonic()
 
     def _prune_sends(self) -> None:
         # A send to a worker that died never completes; it is dropped with the process.

@@ -88,7 +88,7 @@ class MpiAllreduceSync(LocalSync):
     def broadcast(self, array: np.ndarray) -> np.ndarray:
         return bcast(self.world.comm, array)
 
-    def _reduce(self, buf: np.ndarray) -> None:
+    def allreduce_sum(self, buf: np.ndarray) -> None:
         from mpi4py import MPI
 
         self.world.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
@@ -100,7 +100,7 @@ class MpiAllreduceSync(LocalSync):
         self._buf[:n] = grad
         self._buf[n:] = extras
         start = time.perf_counter()
-        self._reduce(self._buf)
+        self.allreduce_sum(self._buf)
         seconds = time.perf_counter() - start
         learner.apply(self._buf[:n] / self.world.size)
         return SyncResult(self._buf[n:].copy(), self.world.size, seconds)
@@ -123,7 +123,7 @@ class HorovodSync(MpiAllreduceSync):
             raise DdrlError(f"Horovod sees {hvd.size()} ranks but MPI sees {world.size}")
         self._hvd = hvd
 
-    def _reduce(self, buf: np.ndarray) -> None:
+    def allreduce_sum(self, buf: np.ndarray) -> None:
         import tensorflow as tf
 
         buf[:] = self._hvd.allreduce(tf.constant(buf), op=self._hvd.Sum, name="ddrl_grad").numpy()

@@ -1,0 +1,96 @@
+"""`ddrl bench allreduce`: time per all-reduce of each sync backend next to a raw mpi4py
+Allreduce, for buffers the size of the models' gradients and for 1 to 64 MB."""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from ddrl.errors import DdrlError
+
+MODEL_BUFFERS = (("ddrl fc256", "ddrl", 256), ("ddrl fc128", "ddrl", 128),
+                 ("nature", "nature", 512), ("a3c", "a3c", 256))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ranks", type=int, default=2,
+                   help="ranks to start with mpirun when not already under a launcher")
+    p.add_argument("--sizes-mb", type=float, nargs="*", default=[1, 4, 16, 64])
+    p.add_argument("--repeat", type=int, default=20, help="timed all-reduces per buffer")
+    p.add_argument("--backends", nargs="*", default=["mpi", "horovod"])
+
+
+def _relaunch(args: argparse.Namespace) -> int:
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        raise DdrlError("mpirun not found: install Open MPI or start this under srun/mpirun")
+    cmd = [mpirun, "-n", str(args.ranks), "--oversubscribe", "--bind-to", "none"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    cmd += [sys.executable, "-m", "ddrl", "bench", "allreduce", "--repeat", str(args.repeat),
+            "--sizes-mb", *map(str, args.sizes_mb), "--backends", *args.backends]
+    return os.spawnv(os.P_WAIT, mpirun, cmd)
+
+
+def _buffers(sizes_mb: list[float]) -> list[tuple[str, int]]:
+    from ddrl.config import ModelConfig
+    from ddrl.models import build_model
+
+    out = [(name, build_model(ModelConfig(arch=arch, fc=fc), (4, 84, 84), 6).count_params())
+           for name, arch, fc in MODEL_BUFFERS]
+    return out + [(f"{mb:g} MB", int(mb * 2**20) // 4) for mb in sizes_mb]
+
+
+def _time(comm, reduce, n: int, repeat: int, op_max) -> float:
+    """Median seconds per call, the slowest rank's (all-reduce is as fast as its last rank)."""
+    buf = np.ones(n, np.float32)
+    for _ in range(3):
+        reduce(buf)
+    times = []
+    for _ in range(repeat):
+        comm.Barrier()
+        start = time.perf_counter()
+        reduce(buf)
+        times.append(time.perf_counter() - start)
+    return comm.allreduce(statistics.median(times), op=op_max)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ddrl.dist.world import discover, launched_by_mpi_or_slurm
+
+    if not launched_by_mpi_or_slurm():
+        return _relaunch(args)
+    from mpi4py import MPI
+
+    from ddrl.dist.sync import HorovodSync, MpiAllreduceSync
+
+    world = discover(need_mpi=True)
+    comm = world.comm
+    raw_out = {}
+
+    def raw(buf: np.ndarray) -> None:
+        out = raw_out.setdefault(buf.size, np.empty_like(buf))
+        comm.Allreduce(buf, out, op=MPI.SUM)
+
+    reducers = {"raw mpi4py": raw}
+    backends = {"mpi": MpiAllreduceSync, "horovod": HorovodSync}
+    for name in args.backends:
+        reducers[f"{name} backend"] = backends[name](world).allreduce_sum
+    buffers = _buffers(args.sizes_mb)
+    if world.is_root:
+        print(f"all-reduce (sum, float32) across {world.size} ranks on {world.nodes} node(s); "
+              f"median ms per call, slowest rank")
+        header = f"{'buffer':>12s} {'MB':>8s} " + " ".join(f"{k:>16s}" for k in reducers)
+        print(header + f" {'mpi/raw':>8s}")
+    for label, n in buffers:
+        ms = {k: 1e3 * _time(comm, fn, n, args.repeat, MPI.MAX) for k, fn in reducers.items()}
+        if world.is_root:
+            ratio = ms["mpi backend"] / ms["raw mpi4py"] if "mpi backend" in ms else float("nan")
+            row = " ".join(f"{v:16.3f}" for v in ms.values())
+            print(f"{label:>12s} {n * 4 / 2**20:8.2f} {row} {ratio:8.2f}", flush=True)
+    return 0
