@@ -1,6 +1,7 @@
 """The single-rank node on real games: it learns, logs, checkpoints and resumes."""
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import time
@@ -28,6 +29,11 @@ def test_cartpole_learns(mode, run_dir):
     assert len(train) and np.all(np.diff(train["update"]) > 0)
     assert train["frames"][-1] <= CARTPOLE_BUDGET + 1000
     assert (train["policy_lag"] >= 0).all()
+    if mode == "ba3c":
+        scored = ddrl("eval", run_dir, "--episodes", "3", timeout=120)
+        assert scored.returncode == 0, scored.stderr
+        assert re.search(r"mean (\d+\.\d+) .* over 3 episodes", scored.stdout), scored.stdout
+        assert float(re.search(r"mean (\d+\.\d+)", scored.stdout).group(1)) >= 200
 
 
 def test_pong_log_readable_while_running(run_dir):
