@@ -68,5 +68,5 @@ def run(args: argparse.Namespace) -> int:
             shape = (4,) if arch == "mlp" else (4, 84, 84)
             model = build_model(ModelConfig(arch=arch), shape, 6)
             print(f"model {arch:8s} params {model.count_params():>10,}  "
-                  f"forward {forward_flops(model) / 1e6:8.1f} MFLOP/obs")
+                  f"forward {forward_flops(model) / 1e6:9.2f} MFLOP/obs")
     return 0

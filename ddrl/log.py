@@ -63,7 +63,7 @@ def _create_tables(f: h5py.File) -> None:
 
 
 class RunLog:
-    """Append-only writer for the four tables; rows buffer in memory and flush on a timer."""
+    """Append-only writer for the tables; rows buffer in memory and flush on a timer."""
 
     def __init__(self, f: h5py.File, flush_seconds: float = 2.0):
         self._f = f

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import queue
 import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +26,6 @@ import numpy as np
 from ddrl.errors import DdrlError
 
 PEAK_TAG = "[ddrl-bench] peak_rss_bytes"
-SHARES = ("simulate", "predict", "train", "sync", "wait")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -110,34 +111,89 @@ def emulator_rate(pools: list, seconds: float) -> float:
 
 
 def network_rate(learner, obs_shape: tuple[int, ...], obs_dtype: np.dtype, infer_batch: int,
-                 train_batch: int, seconds: float) -> float:
-    """Data points/s of the network alone: per training batch, one gradient step with its Adam
-    update plus the inference calls that chose its actions, on synthetic observations."""
+                 train_batch: int, seconds: float, actor_threads: int) -> float:
+    """Data points/s of the network alone on synthetic observations: per training batch, one
+    gradient step with its Adam update plus the inference calls that chose its actions.
+
+    With `actor_threads`, inference runs on that many threads feeding the training loop
+    through a bounded queue, as ba3c's predictors feed its FIFO; without, inference and
+    training take turns on one thread, as in a2c."""
     from ddrl.node.learner import sample_actions
 
     rng = np.random.default_rng(0)
-
-    def observations(n: int) -> np.ndarray:
-        if np.issubdtype(obs_dtype, np.integer):
-            return rng.integers(0, 256, (n, *obs_shape), dtype=obs_dtype)
-        return rng.standard_normal((n, *obs_shape)).astype(obs_dtype)
-
-    infer_obs, train_obs = observations(infer_batch), observations(train_batch)
+    if np.issubdtype(obs_dtype, np.integer):
+        infer_obs, train_obs = (rng.integers(0, 256, (n, *obs_shape), dtype=obs_dtype)
+                                for n in (infer_batch, train_batch))
+    else:
+        infer_obs, train_obs = (rng.standard_normal((n, *obs_shape)).astype(obs_dtype)
+                                for n in (infer_batch, train_batch))
     actions = rng.integers(0, learner.n_actions, train_batch, dtype=np.int32)
     returns = rng.uniform(-1, 1, train_batch).astype(np.float32)
-    calls = math.ceil(train_batch / infer_batch)
 
-    def one_batch() -> None:
-        for _ in range(calls):
-            sample_actions(learner.predict(infer_obs)[0], rng)
+    def act(gen: np.random.Generator) -> None:
+        sample_actions(learner.predict(infer_obs)[0], gen)
+
+    def train() -> None:
         learner.apply(learner.gradients(train_obs, actions, returns)[0])
 
-    one_batch()  # traces the compiled steps
+    act(rng)  # traces the compiled steps
+    train()
+    stop = threading.Event()
+    ready: queue.Queue[int] = queue.Queue(maxsize=max(1, 4 * train_batch // infer_batch))
+
+    def actor(seed: int) -> None:
+        gen = np.random.default_rng(seed)
+        while not stop.is_set():
+            act(gen)
+            while not stop.is_set():
+                try:
+                    ready.put(infer_batch, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+
+    threads = [threading.Thread(target=actor, args=(i,), daemon=True) for i in range(actor_threads)]
+    left = 0
+
+    def gather() -> None:
+        """Returns once the inference calls for one training batch are done."""
+        nonlocal left
+        if not threads:
+            for _ in range(math.ceil(train_batch / infer_batch)):
+                act(rng)
+            return
+        while left < train_batch:
+            left += ready.get(timeout=60)
+        left -= train_batch
+
+    for t in threads:
+        t.start()
     batches, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        one_batch()
-        batches += 1
-    return batches * train_batch / (time.perf_counter() - start)
+    try:
+        while time.perf_counter() - start < seconds:
+            gather()
+            train()
+            batches += 1
+        return batches * train_batch / (time.perf_counter() - start)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+
+
+def ceilings(cfg, learner, node_cls, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
+             seconds: float) -> tuple[float, float, int]:
+    """(emulator agent steps/s, network data points/s, frames per agent step) of one rank."""
+    node = node_cls(cfg, learner, rank=0, restart=0)
+    try:
+        frames_per_step = node.pools[0].frames_per_step
+        emulator = emulator_rate(node.pools, seconds)
+    finally:
+        node.close()
+    actor_threads = cfg.node.predictors if cfg.node.mode == "ba3c" else 0
+    network = network_rate(learner, obs_shape, obs_dtype, *node_cls.batch_sizes(cfg), seconds,
+                           actor_threads)
+    return emulator, network, frames_per_step
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,16 +223,13 @@ def run(args: argparse.Namespace) -> int:
           f"batches {infer_batch} (inference) / {train_batch} (training), "
           f"{args.ranks} rank(s) x {threads} thread(s), {args.seconds:g} s per part", flush=True)
 
-    node = node_cls(cfg, learner, rank=0, restart=0)
-    try:
-        frames_per_step = node.pools[0].frames_per_step
-        emulator = emulator_rate(node.pools, args.seconds) * args.ranks
-    finally:
-        node.close()
-    network = network_rate(learner, obs_shape, obs_dtype, infer_batch, train_batch,
-                           args.seconds) * args.ranks
-    fig = measure_training(args.job, args.set, args.seconds, frames_per_step, args.ranks)
-    print(format_report(fig, emulator, network, frames_per_step, args.ranks))
+    # Ceilings are measured half before and half after the node, so load that drifts during
+    # the run (shared machines) weighs on both sides of each ratio alike.
+    halves = [ceilings(cfg, learner, node_cls, obs_shape, obs_dtype, args.seconds / 2)]
+    fig = measure_training(args.job, args.set, args.seconds, halves[0][2], args.ranks)
+    halves.append(ceilings(cfg, learner, node_cls, obs_shape, obs_dtype, args.seconds / 2))
+    emulator, network = (sum(h[i] for h in halves) / 2 * args.ranks for i in (0, 1))
+    print(format_report(fig, emulator, network, halves[0][2], args.ranks))
     return 0
 
 
@@ -184,15 +237,20 @@ def format_report(fig: NodeFigures, emulator: float, network: float, frames_per_
                   ranks: int) -> str:
     scaled = f" (one rank's x {ranks})" if ranks > 1 else ""
     lines = [
-        f"{'':26s}{'agent steps/s':>15s}{'data points/s':>15s}{'frames/s':>12s}",
-        f"{'emulator alone' + scaled:26s}{emulator:15,.0f}{'-':>15s}{emulator * frames_per_step:12,.0f}",
-        f"{'network alone' + scaled:26s}{'-':>15s}{network:15,.0f}{'-':>12s}",
-        f"{'node':26s}{fig.agent_steps:15,.0f}{fig.data_points:15,.0f}{fig.frames:12,.0f}",
+        f"{'':32s}{'agent steps/s':>15s}{'data points/s':>15s}{'frames/s':>12s}",
+        f"{'emulator alone' + scaled:32s}{emulator:15,.0f}{'-':>15s}{emulator * frames_per_step:12,.0f}",
+        f"{'network alone' + scaled:32s}{'-':>15s}{network:15,.0f}{'-':>12s}",
+        f"{'node':32s}{fig.agent_steps:15,.0f}{fig.data_points:15,.0f}{fig.frames:12,.0f}",
         f"node / emulator alone: {fig.agent_steps / emulator:.2f}   "
-        f"node / network alone: {fig.data_points / network:.2f}   ({fig.updates} updates measured)",
-        "time shares of an update: " + "  ".join(f"{k} {fig.shares[k]:.0%}" for k in SHARES),
-        "  (simulate and predict run on the actor side, overlapping train in ba3c; "
-        "wait is the rest of the trainer's update: waiting for data, the Adam step, logging)",
+        f"node / network alone: {fig.data_points / network:.2f}   "
+        f"node / both in series: {fig.data_points * (1 / emulator + 1 / network):.2f}   "
+        f"({fig.updates} updates measured)",
+        "  (in series: the rate if the same cores emulated, then ran the network, with no "
+        "overlap; above 1, the node overlaps them)",
+        "time shares of an update: actors: simulate {simulate:.0%}  predict {predict:.0%}   "
+        "trainer: train {train:.0%}  sync {sync:.0%}  wait {wait:.0%}".format(**fig.shares),
+        "  (wait: the rest of the trainer's update, mostly waiting for its batch; a2c acts on the"
+        " trainer's thread, so there its wait holds simulate and predict)",
     ]
     if ranks > 1:
         lines.append(f"gradient sync: {fig.shares['sync']:.1%} of each update")

@@ -10,6 +10,8 @@ stable-baselines3 is an optional extra (`pip install 'ddrl[sb3]'`), never a depe
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -18,14 +20,16 @@ from ddrl.errors import DdrlError
 
 N_ENVS = 16
 N_STEPS = 5
+# ddrl's node modes, with 80 data points per update either way.
+MODES = {"a2c": [f"node.t_max={N_STEPS}"], "ba3c": [f"node.batch_size={N_ENVS * N_STEPS}"]}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=60.0,
                    help="measured seconds of each run, after a warm-up (default 60)")
     p.add_argument("--game", default="ALE/Pong-v5", help="ALE game id (default ALE/Pong-v5)")
-    p.add_argument("--mode", choices=("a2c", "ba3c"), default="a2c",
-                   help="ddrl's node: a2c (t_max 5) or ba3c (batch 80) (default a2c)")
+    p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
+                   help="ddrl's nodes to run: a2c (t_max 5), ba3c (batch 80) (default both)")
     p.add_argument("--rounds", type=int, default=1,
                    help="alternate SB3 and ddrl this many times, so drifting load hits both")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -73,11 +77,9 @@ def sb3_rate(game: str, seconds: float, warmup: float, threads: int, seed: int =
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        import stable_baselines3  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("stable_baselines3") is None:
         raise DdrlError("stable-baselines3 is not installed: pip install 'ddrl[sb3]' "
-                        "(it needs torch and opencv-python)") from None
+                        "(it needs torch and opencv-python)")
     from ddrl.bench.node import measure_training, warmup_seconds
     from ddrl.config import load_config
     from ddrl.cpus import cores_per_rank
@@ -88,25 +90,29 @@ def run(args: argparse.Namespace) -> int:
     if not args.game.startswith("ALE/"):
         raise DdrlError(f"--game {args.game!r}: compare-sb3 needs an ALE game like ALE/Pong-v5")
     check_env_id(args.game)
-    node = ["node.t_max=5"] if args.mode == "a2c" else [f"node.batch_size={N_ENVS * N_STEPS}"]
-    cfg = load_config(None, [f"env.id={args.game}", f"node.mode={args.mode}",
-                             f"node.n_sim={N_ENVS}", "model.arch=nature", "sync.backend=none",
-                             *node, *args.set])
-    threads = cores_per_rank(cfg.node.threads, 1)
+    base = [f"env.id={args.game}", f"node.n_sim={N_ENVS}", "model.arch=nature",
+            "sync.backend=none", *args.set]
+    configs = {m: load_config(None, [f"node.mode={m}", *MODES[m], *base]) for m in args.modes}
+    threads = cores_per_rank(next(iter(configs.values())).node.threads, 1)
     print(f"compare-sb3 {args.game}: {N_ENVS} simulators, Nature CNN, {N_ENVS * N_STEPS} data "
-          f"points per update, {threads} CPU threads, {args.seconds:g} s measured per run; "
-          f"ddrl {args.mode} ({cfg.model.precision})", flush=True)
-    print(f"{'round':>5s}{'SB3 A2C steps/s':>17s}{'ddrl steps/s':>14s}{'ddrl / SB3':>12s}", flush=True)
-    ratios = []
+          f"points per update, {threads} CPU threads, {args.seconds:g} s measured per run "
+          f"after a warm-up; ddrl in {next(iter(configs.values())).model.precision}", flush=True)
+    print(f"{'round':>5s}{'SB3 A2C steps/s':>17s}"
+          + "".join(f"{'ddrl ' + m + ' steps/s':>20s}{'/ SB3':>7s}" for m in configs), flush=True)
+    ratios: dict[str, list[float]] = {m: [] for m in configs}
     with tempfile.TemporaryDirectory(prefix="ddrl-sb3-") as tmp:
-        job = Path(tmp) / "job.toml"
-        job.write_text(cfg.to_toml())
         for r in range(args.rounds):
             sb3 = sb3_rate(args.game, args.seconds, warmup_seconds(args.seconds), threads)
-            ours = measure_training(str(job), [], args.seconds, cfg.env.frame_skip).agent_steps
-            ratios.append(ours / sb3)
-            print(f"{r + 1:5d}{sb3:17,.0f}{ours:14,.0f}{ours / sb3:12.2f}", flush=True)
-    if len(ratios) > 1:
-        print(f"ddrl / SB3 over {len(ratios)} rounds: min {min(ratios):.2f}, "
-              f"mean {sum(ratios) / len(ratios):.2f}")
+            row = f"{r + 1:5d}{sb3:17,.0f}"
+            for mode, cfg in configs.items():
+                job = Path(tmp) / f"{mode}.toml"
+                job.write_text(cfg.to_toml())
+                ours = measure_training(str(job), [], args.seconds, cfg.env.frame_skip).agent_steps
+                ratios[mode].append(ours / sb3)
+                row += f"{ours:20,.0f}{ours / sb3:7.2f}"
+            print(row, flush=True)
+    if args.rounds > 1:
+        for mode, rs in ratios.items():
+            print(f"ddrl {mode} / SB3 over {args.rounds} rounds: median {statistics.median(rs):.2f} "
+                  f"(min {min(rs):.2f}, max {max(rs):.2f})")
     return 0

@@ -8,6 +8,7 @@ k of n and n of n, each with every worker at speed and with the last worker slow
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddrl.errors import DdrlError
+
+TRACEBACK_END = re.compile(r"^[\w.]+(Error|Exception): ")
+DDRL_ERROR = re.compile(r"^ddrl: error: ")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,8 +60,8 @@ def measure(job: str, overrides: list[str], workers: int, servers: int, seconds:
                "--out", str(out), *(arg for s in sets for arg in ("--set", s))]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            tail = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
-            raise DdrlError(f"the measured training exited with {proc.returncode}: {tail}")
+            raise DdrlError(f"the measured training exited with {proc.returncode}: "
+                            f"{first_error(proc.stdout + proc.stderr)}")
         with h5py.File(out / "log.h5", "r") as f:
             rows = f["servers"][:]
     rows = rows[(rows["server"] == 0) & (rows["wall_time"] >= warmup)]
@@ -66,6 +70,17 @@ def measure(job: str, overrides: list[str], workers: int, servers: int, seconds:
     first, last = rows[0], rows[-1]
     span = last["wall_time"] - first["wall_time"]
     return Rates(*((last[k] - first[k]) / span for k in ("version", "applied", "dropped")))
+
+
+def first_error(output: str) -> str:
+    """A rank's own error line rather than the launcher's banner that follows it: the end of
+    a traceback, else a `ddrl: error:` line, else the last line."""
+    lines = output.strip().splitlines() or ["no output"]
+    for pattern in (TRACEBACK_END, DDRL_ERROR):
+        found = [line for line in lines if pattern.match(line)]
+        if found:
+            return found[0]
+    return lines[-1]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,10 +22,17 @@ import math
 import sys
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ddrl.config import Config
+from ddrl.dist.world import World
 from ddrl.errors import DdrlError
+
+if TYPE_CHECKING:
+    from ddrl.dist.ps_server import ParameterServer
+    from ddrl.dist.ps_worker import PsSync
 
 # Message tags. Each (source, tag) pair is FIFO in MPI, so one tag per kind of payload keeps
 # a worker's META and DATA, and a server's REPLY and slices, matched in order.
@@ -45,7 +52,7 @@ INTERVAL = ("contributors", "dropped", "staleness")
 EXIT_ABORTED = 4
 
 
-def make_ps(cfg, world):
+def make_ps(cfg: Config, world: World) -> "PsSync | ParameterServer":
     """Check the PS options against the world, then this rank's side: a worker's PsSync
     or a ParameterServer. All ranks call it (splitting off the workers is collective)."""
     s = cfg.sync
@@ -115,7 +122,7 @@ class Backoff:
     """Polling with growing sleeps: Open MPI's blocking waits spin a core, which the
     simulators of the other ranks on the node need more than a waiting rank does."""
 
-    def __init__(self, first: float = 2e-5, longest: float = 1e-3):
+    def __init__(self, first: float = 2e-5, longest: float = 5e-4):
         self._first, self._longest = first, longest
         self._delay = first
 
@@ -148,7 +155,9 @@ def abort(comm, message: str) -> None:
 
 
 def adam_slots(optimizer) -> tuple[list, list]:
-    """The Adam first and second moment variables, in the order of the model's variables."""
+    """The Adam first and second moment variables, in the order of the model's variables.
+    Keras 2 and 3 both keep them under these names; the public `optimizer.variables` mixes
+    them with other state in an order that depends on the Keras version."""
     return optimizer._momentums, optimizer._velocities
 
 

@@ -50,8 +50,11 @@ class ParameterServer:
         self._sent = np.zeros(layout.workers)
         # Since when each worker could have sent something: its last message or our last reply.
         self._free_since = np.full(layout.workers, time.monotonic())
-        # Running INTERVAL totals, then the side channel; a reply sends the difference to the
-        # row of `_marks` kept for that worker at its previous reply.
+        # Running INTERVAL totals, reports and gradients applied per worker, then the side
+        # channel; a reply sends the difference to the row of `_marks` kept for that worker at
+        # its previous reply.
+        self._reports_at = len(INTERVAL)
+        self._applied_at = len(INTERVAL) + layout.workers
         self._totals = np.zeros(len(INTERVAL) + 2 * layout.workers)
         self._marks = np.zeros((layout.workers, self._totals.size))
 
@@ -84,12 +87,13 @@ class ParameterServer:
             else:
                 self._follow()
         wait_all(self._sends, self._timeout)
-        self.world.barrier()  # with the workers, once rank 0 has saved
         st = self.status
+        # Before the barrier: output written just before a rank exits can be lost by mpirun.
         print(f"[ddrl] parameter server {self.index} (rank {self.world.rank}) weights [{lo}, {hi}): "
               f"{st['version']:.0f} updates, {st['received']:.0f} gradients received, "
               f"{st['applied']:.0f} applied, {st['dropped']:.0f} dropped; final weights sha256 "
               f"{hashlib.sha256(self._weights.tobytes()).hexdigest()}", flush=True)
+        self.world.barrier()  # with the workers, once rank 0 has saved
         return 0
 
     def _lead(self) -> None:
@@ -225,7 +229,7 @@ class ParameterServer:
         elif op == DROP:
             self._inbox.pop(workers[0])
             self.status["dropped"] += 1
-            self._totals[1] += 1
+            self._totals[INTERVAL.index("dropped")] += 1
         for w in workers:
             if op == SNAPSHOT:
                 self._reply(w, state=True, interval=False)
@@ -246,9 +250,9 @@ class ParameterServer:
         self.status["version"] += 1
         self.status["applied"] += len(workers)
         self.status["staleness_sum"] += staleness
-        self._totals[0] += len(workers)
-        self._totals[2] += staleness
-        self._totals[len(INTERVAL) + self.workers + np.array(workers)] += 1
+        self._totals[INTERVAL.index("contributors")] += len(workers)
+        self._totals[INTERVAL.index("staleness")] += staleness
+        self._totals[self._applied_at + np.array(workers)] += 1
         self.status["t_apply"] += time.perf_counter() - start
 
     def _receive(self, probe) -> tuple[int, np.ndarray]:
@@ -263,13 +267,15 @@ class ParameterServer:
         self._sent[w] = meta[2]
         self.status["sent"] = self._sent.sum()
         if int(meta[0]) == GRAD:
-            data = self._data.setdefault(w, np.empty(self._weights.size, np.float32))
+            if w not in self._data:
+                self._data[w] = np.empty(self._weights.size, np.float32)
+            data = self._data[w]
             if not wait_all([self._comm.Irecv(data, w, DATA)], self._timeout):
                 abort(self._comm, f"parameter server {self.index}: worker rank {w} sent a "
                                   f"gradient's header but not its data within {self._timeout:g} s")
             self.status["bytes_in"] += data.nbytes
             self.status["received"] += 1
-            self._totals[len(INTERVAL) + w] += 1
+            self._totals[self._reports_at + w] += 1
         self._add_extras(meta[len(META_HEAD):])
         return w, meta
 

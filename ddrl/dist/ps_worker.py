@@ -76,7 +76,8 @@ class PsSync(LocalSync):
 
     def close(self) -> None:
         if self._finished:
-            # The servers wait there too, so no rank leaves before rank 0 has saved.
+            # The workers' barrier (also the trainer's last step) ends the job if some were
+            # left out; the job's barrier holds the servers until rank 0 has saved.
             self.world.barrier()
             self._job.barrier()
 
@@ -107,9 +108,8 @@ class PsSync(LocalSync):
             if grad is not None:
                 requests.append(comm.Isend(grad[lo:hi], dest, DATA))
         if not wait_all(requests, self._deadline):
-            raise DdrlError(f"worker rank {self.world.rank}: no answer from the parameter servers "
-                            f"within {self._deadline:.0f} s (2 x sync.timeout + 10 s); a server "
-                            "rank died or hangs")
+            raise DdrlError(f"no answer from the parameter servers within {self._deadline:.0f} s "
+                            "(2 x sync.timeout + 10 s): a server rank died or hangs")
         versions = {int(r[0]) for r in replies}
         if len(versions) != 1:
             raise RuntimeError(f"parameter servers answered with versions {sorted(versions)}")

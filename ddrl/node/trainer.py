@@ -191,10 +191,11 @@ class Trainer:
             self.learner.get_optimizer_state()), self.cfg.run.keep_checkpoints)
 
     def _finish(self, reason: str) -> int:
-        self.node.close()
+        # First: parameter servers wait for every worker's goodbye, and only sync.timeout long.
         final = self.sync.finish(self.learner)
         if final is not None and self.world.is_root:
             self._log_servers(final)
+        self.node.close()
         code = EXIT_SIGNALLED if reason == "signal" else 0
         # One line per rank, so anyone can check that all ranks ended with the same weights.
         digest = hashlib.sha256(self.learner.get_weights().tobytes()).hexdigest()[:16]
