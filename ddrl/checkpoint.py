@@ -17,6 +17,9 @@ import numpy as np
 from ddrl.errors import DdrlError
 
 PREFIX = "ckpt-"
+# The weights of the best greedy evaluation so far: training goes on while the evaluator plays,
+# so the last checkpoint can be worse than the policy that reached eval.target.
+BEST = "best.npz"
 
 
 @dataclass
@@ -27,23 +30,41 @@ class Checkpoint:
     restarts: int
     weights: np.ndarray
     optimizer: list[np.ndarray]
+    score: float | None = None
 
 
-def save(directory: Path, ckpt: Checkpoint, keep: int) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{PREFIX}{ckpt.update:010d}.npz"
-    tmp = directory / f".{path.name}.tmp"
+def _write(path: Path, ckpt: Checkpoint) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp"
     meta = {"update": ckpt.update, "frames": ckpt.frames, "wall_time": ckpt.wall_time,
-            "restarts": ckpt.restarts, "optimizer_arrays": len(ckpt.optimizer)}
+            "restarts": ckpt.restarts, "optimizer_arrays": len(ckpt.optimizer),
+            "score": ckpt.score}
     with open(tmp, "wb") as fh:
         np.savez(fh, meta=np.array(json.dumps(meta)), weights=ckpt.weights,
                  **{f"opt{i}": a for i, a in enumerate(ckpt.optimizer)})
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def save(directory: Path, ckpt: Checkpoint, keep: int) -> Path:
+    path = directory / f"{PREFIX}{ckpt.update:010d}.npz"
+    _write(path, ckpt)
     for old in sorted(directory.glob(f"{PREFIX}*.npz"))[:-keep]:
         old.unlink()
     return path
+
+
+def save_best(directory: Path, ckpt: Checkpoint) -> Path:
+    """Weights only (no optimizer state: it is for evaluation, not for resuming)."""
+    path = directory / BEST
+    _write(path, ckpt)
+    return path
+
+
+def best_score(directory: Path) -> float | None:
+    path = directory / BEST
+    return load(path).score if path.is_file() else None
 
 
 def latest(directory: Path) -> Path | None:
@@ -59,7 +80,8 @@ def load(path: Path) -> Checkpoint:
             meta = json.loads(str(data["meta"]))
             return Checkpoint(meta["update"], meta["frames"], meta["wall_time"], meta["restarts"],
                               data["weights"],
-                              [data[f"opt{i}"] for i in range(meta["optimizer_arrays"])])
+                              [data[f"opt{i}"] for i in range(meta["optimizer_arrays"])],
+                              meta.get("score"))
     except (OSError, ValueError, KeyError) as exc:
         raise DdrlError(f"checkpoint {path} is unreadable ({exc})") from None
 

@@ -55,7 +55,7 @@ class BackgroundEvaluator:
         self._learner = learner_factory()
         self._seed = seed
         self._thread: threading.Thread | None = None
-        self._result: tuple[int, int, float, EvalResult] | None = None
+        self._result: tuple[int, int, float, EvalResult, np.ndarray] | None = None
         self._error: BaseException | None = None
 
     @property
@@ -68,15 +68,15 @@ class BackgroundEvaluator:
         def work():
             try:
                 res = evaluate(self._cfg, self._learner, self._cfg.eval.episodes, self._seed + update)
-                self._result = (update, frames, wall_time, res)
+                self._result = (update, frames, wall_time, res, weights)
             except BaseException as exc:
                 self._error = exc
 
         self._thread = threading.Thread(target=work, daemon=True, name="evaluator")
         self._thread.start()
 
-    def poll(self, wait: bool = False) -> tuple[int, int, float, EvalResult] | None:
-        """The finished evaluation's (update, frames, wall_time, result), once."""
+    def poll(self, wait: bool = False) -> tuple[int, int, float, EvalResult, np.ndarray] | None:
+        """The finished evaluation's (update, frames, wall_time, result, weights), once."""
         if wait and self._thread is not None:
             self._thread.join()
         if self._error is not None:
@@ -89,6 +89,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", help="run directory or checkpoint file")
     p.add_argument("--episodes", type=int, help="games to play (default: eval.episodes)")
     p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--best", action="store_true",
+                   help="the run's best-evaluated weights (checkpoints/best.npz), not its last")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,7 +99,9 @@ def run(args: argparse.Namespace) -> int:
     from ddrl.node.learner import Learner
 
     target = Path(args.target)
-    if target.is_dir():
+    if target.is_dir() and args.best:
+        run_dir, ckpt_path = target, target / "checkpoints" / checkpoint.BEST
+    elif target.is_dir():
         run_dir, ckpt_path = target, checkpoint.latest(target / "checkpoints")
         if ckpt_path is None:
             raise DdrlError(f"no checkpoint in {target / 'checkpoints'}")

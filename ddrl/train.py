@@ -129,7 +129,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt_path: Path | None) -> int:
               f"node(s), {learner.num_params:,} parameters, sync {sync.name}, "
               f"run directory {run_dir}" + (f" (resumed at update {counters.update})"
                                             if ckpt_path else ""), flush=True)
-    node_cls = _node_class(cfg)
+    node_cls = node_class(cfg)
     node = node_cls(cfg, learner, world.rank, counters.restarts)
     node.update = counters.update
     trainer = Trainer(cfg, world, learner, node, sync, run_dir, counters, log, evaluator)
@@ -139,7 +139,8 @@ def _train(cfg: Config, world, run_dir: Path, ckpt_path: Path | None) -> int:
         sync.close()
 
 
-def _node_class(cfg: Config):
+def node_class(cfg: Config) -> type:
+    """The node for `node.mode`, imported only when chosen."""
     if cfg.node.mode == "a2c":
         from ddrl.node.a2c import A2CNode
 

@@ -211,11 +211,11 @@ def run(args: argparse.Namespace) -> int:
     from ddrl.envs import env_spec
     from ddrl.models import forward_flops
     from ddrl.node.learner import Learner
-    from ddrl.train import _node_class
+    from ddrl.train import node_class
 
     obs_shape, obs_dtype, n_actions = env_spec(cfg)
     learner = Learner(cfg, obs_shape, obs_dtype, n_actions)
-    node_cls = _node_class(cfg)
+    node_cls = node_class(cfg)
     infer_batch, train_batch = node_cls.batch_sizes(cfg)
     print(f"ddrl bench node {args.job}: {cfg.env.id}, {cfg.node.mode}, {cfg.node.n_sim} simulators, "
           f"net {cfg.model.arch} ({learner.num_params:,} params, "

@@ -20,8 +20,10 @@ from ddrl.errors import DdrlError
 
 N_ENVS = 16
 N_STEPS = 5
-# ddrl's node modes, with 80 data points per update either way.
-MODES = {"a2c": [f"node.t_max={N_STEPS}"], "ba3c": [f"node.batch_size={N_ENVS * N_STEPS}"]}
+# ddrl's node modes, with 80 data points per update either way; ba3c with two predictor
+# threads, whose simulator groups step while the other one infers.
+MODES = {"a2c": [f"node.t_max={N_STEPS}"],
+         "ba3c": [f"node.batch_size={N_ENVS * N_STEPS}", "node.predictors=2"]}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -79,7 +81,7 @@ def sb3_rate(game: str, seconds: float, warmup: float, threads: int, seed: int =
 def run(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("stable_baselines3") is None:
         raise DdrlError("stable-baselines3 is not installed: pip install 'ddrl[sb3]' "
-                        "(it needs torch and opencv-python)")
+                        "(install a CPU-only torch build first)")
     from ddrl.bench.node import measure_training, warmup_seconds
     from ddrl.config import load_config
     from ddrl.cpus import cores_per_rank

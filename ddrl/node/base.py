@@ -25,7 +25,7 @@ class Node:
         self.t_sim = 0.0
         self.t_predict = 0.0
         self.update = 0
-        self._episodes: list[tuple[int, float, int]] = []
+        self._episodes: list[tuple[float, int]] = []
         self._lock = threading.Lock()
 
     def make_pool(self, name: str, num_envs: int, batch_size: int = 0):
@@ -40,10 +40,10 @@ class Node:
     def record(self, frames: int, episodes: list[tuple[int, float, int]]) -> None:
         with self._lock:
             self.frames += frames
-            self._episodes.extend((self.frames, ret, length) for _, ret, length in episodes)
+            self._episodes.extend((ret, length) for _, ret, length in episodes)
 
-    def pop_episodes(self) -> list[tuple[int, float, int]]:
-        """(local frames when it ended, return, length) of games finished since the last call."""
+    def pop_episodes(self) -> list[tuple[float, int]]:
+        """(return, length) of the games finished since the last call."""
         with self._lock:
             out, self._episodes = self._episodes, []
         return out

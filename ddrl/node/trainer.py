@@ -52,6 +52,7 @@ class Trainer:
         self.progress = Progress(cfg.run.progress_seconds, cfg.run.max_frames, cfg.run.max_minutes)
         self._slow = world.rank in cfg.debug.slow_ranks and cfg.debug.slow_factor > 1
         self._target_reached = False
+        self._best = checkpoint.best_score(run_dir / "checkpoints") if world.is_root else None
 
     def _extras(self, signalled: bool, frames: int, figures: list[float]) -> np.ndarray:
         extras = np.zeros(HEADER + len(RANK_FIELDS) * self.world.size, np.float32)
@@ -127,8 +128,8 @@ class Trainer:
 
     def _root_bookkeeping(self, batch, stats, res, window, ranks, sim, pred) -> None:
         cfg, c, log = self.cfg, self.c, self.log
-        for frames_at, ret, length in self.node.pop_episodes():
-            # Local frame counts are scaled to the global count: ranks play at similar rates.
+        for ret, length in self.node.pop_episodes():
+            # Stamped with the global frame count at this update: the x axis of every curve.
             log.append("episodes", {"rank": 0, "frames": c.frames, "wall_time": c.wall_time,
                                     "return": ret, "length": length})
             self.progress.online.append(ret)
@@ -164,14 +165,17 @@ class Trainer:
         done = self.evaluator.poll(wait=wait)
         if done is None:
             return
-        update, frames, wall_time, res = done
-        self._log_eval(update, frames, wall_time, res)
+        self._log_eval(*done)
 
-    def _log_eval(self, update, frames, wall_time, res) -> None:
+    def _log_eval(self, update, frames, wall_time, res, weights) -> None:
         self.log.append("eval", {"update": update, "frames": frames, "wall_time": wall_time,
                                  "mean_return": res.mean, "std_return": res.std,
                                  "max_return": res.max, "episodes": res.episodes})
         self.progress.eval_score = res.mean
+        if self._best is None or res.mean > self._best:
+            self._best = res.mean
+            checkpoint.save_best(self.run_dir / "checkpoints", checkpoint.Checkpoint(
+                update, frames, wall_time, self.c.restarts, weights, [], res.mean))
         target = self.cfg.eval.target
         if target is not None and res.mean >= target:
             self._target_reached = True
@@ -214,7 +218,7 @@ class Trainer:
             # A run that ends on its budget gets a score for its last weights.
             res = evaluate(self.cfg, self.learner, self.cfg.eval.episodes,
                            derive_seed(self.cfg.run.seed, 0, f"final-eval/{c.update}"))
-            self._log_eval(c.update, c.frames, c.wall_time, res)
+            self._log_eval(c.update, c.frames, c.wall_time, res, self.learner.get_weights())
         path = self._checkpoint()
         self.log.close()
         self.progress.maybe_print(c.frames, c.wall_time, c.update, force=True)
