@@ -68,7 +68,8 @@ def plot_learning_curves(runs: list[Run], labels: list[str], target: float | Non
                 x = evals[x_name] / x_scale
                 mean, std = evals["mean_return"], evals["std_return"]
                 ax = axes[0, col]
-                ax.plot(x, mean, color=color, label=label)
+                # Markers: evaluations are sparse, and a run with one eval row has no line.
+                ax.plot(x, mean, color=color, marker="o", markersize=3, label=label)
                 ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.2)
                 ax.plot(x, evals["max_return"], color=color, ls="--", label=_HIDDEN + "max")
             if len(episodes):

@@ -41,6 +41,35 @@ def test_cartpole_learns(mode, run_dir):
         assert float(re.search(r"mean (\d+\.\d+)", best.stdout).group(1)) >= 200, best.stdout
 
 
+def test_first_logged_game_includes_the_random_start():
+    """Start-state decorrelation plays the first moves of each simulator's first game: the
+    logged length and return are the whole game's, not what was left of it afterwards."""
+    from ddrl.config import load_config
+    from ddrl.envs import make_pool
+
+    n = 4
+    pool = make_pool(load_config(JOBS / "pong.toml", ["env.decorrelate=300"]), n, seed=3,
+                     train=True)
+    rng = np.random.default_rng(3)
+    seen_steps, seen_return = np.zeros(n, int), np.zeros(n)
+    first: dict[int, tuple[float, int, int, float]] = {}
+    try:
+        while len(first) < n:
+            step = pool.recv()
+            seen_steps[step.env_ids] += 1
+            seen_return[step.env_ids] += step.reward
+            for env, ret, length in step.episodes:
+                first.setdefault(env, (ret, length, seen_steps[env], seen_return[env]))
+            pool.send(rng.integers(0, pool.n_actions, len(step.env_ids)))
+    finally:
+        pool.close()
+    for env, (ret, length, steps, seen) in first.items():
+        assert length > steps, f"simulator {env}: the random start is missing from its game"
+        assert -21 <= ret <= 21
+    assert any(ret != seen for ret, _, _, seen in first.values()), \
+        "no point scored during the random start was counted"
+
+
 def test_pong_log_readable_while_running(run_dir):
     """A short real Pong run: a second process reads /train and /episodes rows mid-run,
     and the finished log has /eval rows and the root attributes."""

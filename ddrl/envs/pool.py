@@ -67,17 +67,17 @@ class SimPool:
             self._decorrelate(decorrelate)
 
     def _decorrelate(self, max_steps: int) -> None:
-        """Random actions for a random count per simulator, no-ops for those already done."""
+        """Random actions for a random count per simulator, no-ops for those already done.
+
+        These steps stay part of the game they start, so the first logged return of each
+        simulator is its whole game; games that end meanwhile are not logged.
+        """
         left = self._rng.integers(0, max_steps + 1, size=self.num_envs)
         while left.any():
-            raw = self.backend.recv() if self._pending is None else self._pending
-            self._pending = None
-            ids = raw.env_ids
+            ids = self.recv().env_ids
             actions = np.where(left[ids] > 0, self._rng.integers(0, self.n_actions, len(ids)), 0)
             left[ids] = np.maximum(left[ids] - 1, 0)
-            self.backend.send(actions.astype(np.int32))
-        self._returns[:] = 0
-        self._lengths[:] = 0
+            self.send(actions)
 
     def recv(self) -> Step:
         raw, stepped = (self.backend.recv(), True) if self._pending is None else (self._pending, False)
