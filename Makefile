@@ -7,7 +7,9 @@ CONSTRAINTS := .ci/constraints.txt
 APT_PACKAGES := openmpi-bin libopenmpi-dev cmake g++ make slurm-wlm munge
 MPIRUN := mpirun --allow-run-as-root --oversubscribe
 RUN_RANKS ?= 2
-RUN_MINUTES ?= 4
+RUN_MINUTES ?= 30
+RUN_JOB ?= jobs/pong-ppo.toml
+RUN_REFERENCE ?= pong
 RUN_STAMP := $(shell date +%Y%m%d-%H%M%S)
 RUN_OUT ?= runs/pong-$(RUN_STAMP)
 export OMPI_MCA_rmaps_base_oversubscribe := 1
@@ -39,14 +41,18 @@ $(VENV)/.horovod: $(VENV)/.deps
 	  $(PIP) install -q --no-cache-dir --no-build-isolation -c $(CONSTRAINTS) horovod
 	@touch $@
 
-# The main job: Pong on 2 ranks for a bounded time, then the summary of its log.
+# The main job: the Pong recipe on 2 ranks until its target score or RUN_MINUTES, then the
+# summary of its log and its curves beside the published scores.
 run: setup
-	$(MPIRUN) --bind-to none -n $(RUN_RANKS) $(VENV)/bin/ddrl train jobs/pong.toml \
+	$(MPIRUN) --bind-to none -n $(RUN_RANKS) $(VENV)/bin/ddrl train $(RUN_JOB) \
 	  --out $(RUN_OUT) --set run.max_minutes=$(RUN_MINUTES) --set run.checkpoint_minutes=2
-	$(VENV)/bin/ddrl analyze $(RUN_OUT)
+	$(VENV)/bin/ddrl analyze $(RUN_OUT) --reference $(RUN_REFERENCE)
 
+# The fast in-process tier first: a broken formula fails in seconds, before any mpirun.
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q tests --ignore=tests/unit
 
 bench: setup
 	$(VENV)/bin/ddrl bench node jobs/pong.toml

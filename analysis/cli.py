@@ -6,9 +6,11 @@ import os
 import re
 from pathlib import Path
 
+import pandas as pd
+
 from analysis.load import Run, load_runs
-from analysis.plots import (plot_learning_curves, plot_losses, plot_ranks, plot_scaling,
-                            plot_throughput, save)
+from analysis.plots import plot_learning_curves, plot_losses, plot_ranks, plot_scaling, plot_throughput, save
+from analysis.reference import load_reference
 from analysis.scaling import scaling_table
 from analysis.scores import resolve_target
 from analysis.summary import config_differences, format_summary, run_labels, summarize
@@ -23,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="where to write summary.csv and the PNGs "
                              "(default: the runs' common parent directory + /analysis)")
+    parser.add_argument("--reference", action="append", default=[], metavar="FILE.csv|NAME",
+                        help="published scores (label,frames,score) to draw beside the eval "
+                             "curve; a NAME picks a shipped file (pong, breakout); repeatable")
     parser.add_argument("--window", type=int, default=0,
                         help="episodes in the online-score rolling mean (default: automatic)")
 
@@ -51,6 +56,7 @@ def _file_name(name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    references = [load_reference(r) for r in args.reference]
     runs = load_runs(args.runs)
     out = args.out or default_out(runs)
     out.mkdir(parents=True, exist_ok=True)
@@ -61,7 +67,9 @@ def run(args: argparse.Namespace) -> int:
     written = [out / "summary.csv"]
     labels = run_labels(runs)
     written.append(save(plot_learning_curves(runs, labels, shared_target(runs, args.target),
-                                             args.window), out / "curves.png"))
+                                             args.window,
+                                             pd.concat(references) if references else None),
+                            out / "curves.png"))
     written.append(save(plot_losses(runs, labels), out / "losses.png"))
     for r in runs:
         if len(r["ranks"]):

@@ -49,12 +49,13 @@ def smooth(values: pd.Series, window: int = 0) -> pd.Series:
 
 
 def plot_learning_curves(runs: list[Run], labels: list[str], target: float | None = None,
-                         window: int = 0) -> Figure:
+                         window: int = 0, references: pd.DataFrame | None = None) -> Figure:
     """Eval mean +- std (solid, band) and max (dashed), and smoothed online score, vs frames
     (left) and wall time (right): figs 3-5 and 9 of the paper.
 
     Axes [0, *] hold two lines per run with eval rows, plus one for the target; axes [1, *]
-    one line per run with episodes.
+    one line per run with episodes. Published scores (`references`: label, frames, score)
+    go on the eval-vs-frames axes as black markers, one line per label.
     """
     fig, axes = new_figure(2, 2)
     unit, scale = time_unit(max((r.progress().wall_time for r in runs), default=0.0))
@@ -74,6 +75,10 @@ def plot_learning_curves(runs: list[Run], labels: list[str], target: float | Non
                 ax.plot(x, evals["max_return"], color=color, ls="--", label=_HIDDEN + "max")
             if len(episodes):
                 axes[1, col].plot(episodes[x_name] / x_scale, online, color=color, label=label)
+    if references is not None:
+        for j, (label, points) in enumerate(references.groupby("label", sort=False)):
+            axes[0, 0].plot(points["frames"], points["score"], color="black", ls=":",
+                            marker="os^vDP"[j % 6], markersize=6, label=label)
     for col, xlabel in enumerate(("frames", f"wall time [{unit}]")):
         if target is not None:
             axes[0, col].axhline(target, color="gray", ls=":", label=_HIDDEN + "target")

@@ -1,4 +1,5 @@
-"""`ddrl train | eval | bench | analyze | info | slurm`: one parser, commands live in their modules."""
+"""`ddrl train | eval | bench | analyze | export | info | slurm`: one parser; commands live in
+their modules."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +8,7 @@ import os
 import sys
 
 from ddrl.errors import DdrlError
+from ddrl.output import say
 
 # command -> (module, help). Each module has `add_arguments(parser)` and `run(args) -> int`;
 # modules are imported only for the chosen command, so `ddrl info` does not load TF twice.
@@ -15,6 +17,7 @@ COMMANDS = {
     "eval": ("ddrl.evaluate", "evaluate the latest checkpoint of a run directory"),
     "bench": ("ddrl.bench", "benchmarks: node throughput, all-reduce, SB3 comparison"),
     "analyze": ("analysis.cli", "summaries and figures from run logs"),
+    "export": ("analysis.tensorboard", "write run logs as TensorBoard event files"),
     "info": ("ddrl.info", "versions, CPU features, model sizes"),
     "slurm": ("ddrl.slurm_script", "print a ready sbatch script for a job file"),
 }
@@ -35,16 +38,17 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    # TensorFlow's C++ start-up chatter would bury the progress line and one-line errors.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TensorFlow's C++ start-up chatter would bury the progress line and one-line errors;
+    # a user who sets TF_CPP_MIN_LOG_LEVEL gets what they asked for.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     args = build_parser(argv).parse_args(argv)
     try:
         return importlib.import_module(COMMANDS[args.command][0]).run(args) or 0
     except DdrlError as exc:
-        print(f"ddrl: error: {exc}", file=sys.stderr, flush=True)
+        say(f"ddrl: error: {exc}", err=True)
         return 2
     except KeyboardInterrupt:
-        print("ddrl: interrupted", file=sys.stderr)
+        say("ddrl: interrupted", err=True)
         return 130
     except BrokenPipeError:
         # `ddrl analyze ... | head`: the reader left; not an error worth a traceback.

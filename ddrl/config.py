@@ -8,13 +8,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tomli_w
+import tomllib
 
 from ddrl.errors import DdrlError
 
@@ -29,6 +29,9 @@ class EnvConfig:
     episodic_life: bool = False
     clip_rewards: bool = True
     max_episode_frames: int = 108_000
+    # Side of the square gray frames the network sees: 84 as in the papers; 64 costs the
+    # Nature CNN less than half the compute per frame.
+    size: int = 84
     # Start-state decorrelation (accelerated-methods paper 5.2): each simulator first takes
     # a random number (up to this many) of random actions.
     decorrelate: int = 200
@@ -73,10 +76,28 @@ class OptimConfig:
     eps: float = 1e-8
     beta1: float = 0.8
     beta2: float = 0.75
+    # The authors' per-tensor clip by average norm; 0 turns it off.
     clip: float = 0.1
+    # Clip by the global norm of the whole gradient (PPO's usual 0.5); 0 turns it off.
+    max_grad_norm: float = 0.0
     entropy: float = 0.01
     value_coef: float = 0.5
     lr_scaling: str = "none"
+    # "linear" decays the learning rate to 0 at run.max_frames.
+    lr_schedule: str = "constant"
+
+
+@dataclass
+class AlgoConfig:
+    name: str = "a2c"
+    # PPO: clip range of the ratio (and of the value change, with clip_value), GAE's lambda,
+    # passes over each rollout and minibatches per pass, per-minibatch advantage normalisation.
+    clip: float = 0.1
+    gae_lambda: float = 0.95
+    epochs: int = 4
+    minibatches: int = 4
+    normalize: bool = True
+    clip_value: bool = True
 
 
 @dataclass
@@ -95,6 +116,8 @@ class EvalConfig:
     every: int = 1000
     episodes: int = 50
     target: float | None = None
+    # Probability of a random action instead of the greedy one (0: greedy, as in the paper).
+    epsilon: float = 0.0
 
 
 @dataclass
@@ -109,6 +132,7 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     node: NodeConfig = field(default_factory=NodeConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -140,6 +164,8 @@ _CHOICES = {
     "model.arch": ("ddrl", "nature", "a3c", "mlp"),
     "model.precision": ("float32", "bfloat16"),
     "optim.lr_scaling": ("none", "sqrt", "linear"),
+    "optim.lr_schedule": ("constant", "linear"),
+    "algo.name": ("a2c", "ppo"),
     "sync.backend": ("none", "mpi", "horovod"),
     "sync.mode": ("allreduce", "ps"),
 }
@@ -147,6 +173,7 @@ _CHOICES = {
 _RANGES = {
     "env.sticky": (0.0, 1.0, True), "env.frame_skip": (1, None, True),
     "env.noop_max": (0, None, True), "env.max_episode_frames": (1, None, True),
+    "env.size": (36, None, True),
     "env.decorrelate": (0, None, True), "env.env_threads": (0, None, True),
     "run.max_frames": (1, None, True), "run.max_minutes": (0.0, None, True),
     "run.checkpoint_minutes": (0.0, None, False), "run.keep_checkpoints": (1, None, True),
@@ -158,10 +185,13 @@ _RANGES = {
     "model.fc": (1, None, True), "optim.lr": (0.0, None, False),
     "optim.eps": (0.0, None, False), "optim.beta1": (0.0, 1.0, True),
     "optim.beta2": (0.0, 1.0, True), "optim.clip": (0.0, None, True),
-    "optim.entropy": (0.0, None, True), "optim.value_coef": (0.0, None, True),
+    "optim.entropy": (0.0, None, True), "optim.max_grad_norm": (0.0, None, True),
+    "algo.clip": (0.0, None, False), "algo.gae_lambda": (0.0, 1.0, True),
+    "algo.epochs": (1, None, True), "algo.minibatches": (1, None, True),
+    "optim.value_coef": (0.0, None, True),
     "sync.ps": (0, None, True), "sync.aggregate": (0.0, None, False),
     "sync.timeout": (0.0, None, False), "eval.every": (1, None, True),
-    "eval.episodes": (0, None, True),
+    "eval.episodes": (0, None, True), "eval.epsilon": (0.0, 1.0, True),
     "debug.slow_factor": (1.0, None, True),
 }
 
@@ -242,13 +272,24 @@ def validate(cfg: Config) -> None:
         if isinstance(v, float) and not math.isfinite(v):
             raise DdrlError(f"config key {key}: {v} is not a finite number")
         if low is not None and (v < low or (v == low and not low_incl)):
-            raise DdrlError(f"config key {key}: {v} is out of range (must be {'>=' if low_incl else '>'} {low})")
+            bound = ">=" if low_incl else ">"
+            raise DdrlError(f"config key {key}: {v} is out of range (must be {bound} {low})")
         if high is not None and v > high:
             raise DdrlError(f"config key {key}: {v} is out of range (must be <= {high})")
     if cfg.node.mode == "ba3c" and cfg.node.n_sim < cfg.node.predictors:
         raise DdrlError("config key node.predictors: more predictor threads than simulators (node.n_sim)")
+    if cfg.algo.name == "ppo" and cfg.node.mode != "a2c":
+        raise DdrlError("config key algo.name: 'ppo' needs node.mode = 'a2c' (synchronous rollouts)")
+    if cfg.algo.minibatches > cfg.node.n_sim * cfg.node.t_max:
+        raise DdrlError("config key algo.minibatches: more minibatches than data points in a "
+                        "rollout (node.n_sim x node.t_max)")
+    if cfg.optim.lr_schedule != "constant" and cfg.sync.mode == "ps":
+        raise DdrlError("config key optim.lr_schedule: parameter servers keep a constant "
+                        "learning rate; use sync.mode = 'allreduce'")
     if cfg.sync.mode == "ps" and cfg.sync.ps < 1:
         raise DdrlError("config key sync.ps: sync.mode = 'ps' needs at least 1 parameter server")
+    if cfg.model.arch == "ddrl" and cfg.env.size < 52:
+        raise DdrlError("config key env.size: the 'ddrl' net needs frames of at least 52x52")
     if cfg.model.arch == "mlp" and cfg.is_atari:
         raise DdrlError("config key model.arch: 'mlp' is for vector observations, not Atari")
     if cfg.model.arch != "mlp" and not cfg.is_atari:

@@ -1,4 +1,4 @@
-"""Evaluation: greedy actions, frozen weights, separate simulators, no reward clipping or
+"""Evaluation: greedy (or epsilon-greedy) actions, frozen weights, separate simulators, no reward clipping or
 episodic life (the papers' score); also the `ddrl eval DIR|CHECKPOINT` command."""
 from __future__ import annotations
 
@@ -30,12 +30,19 @@ def evaluate(cfg: Config, learner, episodes: int, seed: int) -> EvalResult:
     n = min(episodes, MAX_EVAL_SIMS)
     quota = np.array([len(part) for part in np.array_split(np.arange(episodes), n)])
     pool = make_pool(cfg, n, seed, train=False)
+    rng = np.random.default_rng(seed)
     returns: list[float] = []
     try:
         while quota.any():
             step = pool.recv()
             logits, _ = learner.predict(step.obs)
-            pool.send(np.argmax(logits, axis=-1).astype(np.int32))
+            actions = np.argmax(logits, axis=-1).astype(np.int32)
+            if cfg.eval.epsilon > 0:
+                # DQN's evaluation convention: a greedy policy that waits for a FIRE it never
+                # presses (Breakout after a lost life) would otherwise play to the frame cap.
+                explore = rng.random(len(actions)) < cfg.eval.epsilon
+                actions[explore] = rng.integers(0, pool.n_actions, int(explore.sum()))
+            pool.send(actions)
             for env, ret, _ in step.episodes:
                 if quota[env] > 0:
                     quota[env] -= 1

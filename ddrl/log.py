@@ -16,12 +16,13 @@ from typing import Any
 import h5py
 import numpy as np
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 TABLES: dict[str, list[tuple[str, str]]] = {
     "train": [
         ("update", "i8"), ("frames", "i8"), ("wall_time", "f8"), ("loss", "f4"),
         ("policy_loss", "f4"), ("value_loss", "f4"), ("entropy", "f4"), ("grad_norm", "f4"),
+        ("approx_kl", "f4"), ("clip_frac", "f4"),
         ("lr", "f4"), ("dp_per_s", "f4"), ("contributors", "i4"), ("effective_batch", "i4"),
         ("policy_lag", "f4"), ("dropped", "i4"), ("staleness", "f4"),
         ("t_sim", "f4"), ("t_predict", "f4"), ("t_train", "f4"), ("t_sync", "f4"),

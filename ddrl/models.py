@@ -29,7 +29,8 @@ def build_model(cfg: ModelConfig, obs_shape: tuple[int, ...], n_actions: int) ->
     else:
         inputs = L.Input(obs_shape, dtype=tf.uint8)
         # ale-py stacks frames channels-first; TF's CPU convolutions want channels-last.
-        x = L.Permute((2, 3, 1))(L.Rescaling(1.0 / 255)(inputs))
+        # Transposed while still uint8: a quarter of the memory traffic of float32.
+        x = L.Rescaling(1.0 / 255)(L.Permute((2, 3, 1))(inputs))
         for filters, kernel, stride, pool in CONV_STACKS[cfg.arch]:
             x = L.Conv2D(filters, kernel, stride, padding="valid", activation="relu")(x)
             if pool:

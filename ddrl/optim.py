@@ -15,6 +15,13 @@ def scaled_lr(cfg: OptimConfig, workers: int) -> float:
     return cfg.lr * factor
 
 
+def scheduled_lr(cfg: OptimConfig, base: float, progress: float) -> float:
+    """`linear` anneals to 0 at the end of the run (PPO's usual schedule)."""
+    if cfg.lr_schedule == "linear":
+        return base * max(1.0 - progress, 0.0)
+    return base
+
+
 def make_adam(cfg: OptimConfig, workers: int) -> tf.keras.optimizers.Adam:
     # Keras' epsilon is TF1's "epsilon hat" (added to sqrt(v_hat)), as in the authors' TF 1.2 code.
     return tf.keras.optimizers.Adam(learning_rate=scaled_lr(cfg, workers), beta_1=cfg.beta1,

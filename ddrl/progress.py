@@ -1,8 +1,9 @@
 """The one-line console progress report of rank 0."""
 from __future__ import annotations
 
-import sys
 import time
+
+from ddrl.output import say
 
 
 def _hms(seconds: float) -> str:
@@ -33,6 +34,5 @@ class Progress:
         online = f"{sum(recent) / len(recent):.1f}" if recent else "-"
         score = f"{self.eval_score:.1f}" if self.eval_score is not None else "-"
         left_text = _hms(left) if left != float("inf") else "?"
-        print(f"[ddrl] update {update}  frames {frames:,}  {rate:,.0f} frames/s  "
-              f"online {online}  eval {score}  elapsed {_hms(elapsed)}  left {left_text}",
-              file=sys.stdout, flush=True)
+        say(f"[ddrl] update {update}  frames {frames:,}  {rate:,.0f} frames/s  "
+            f"online {online}  eval {score}  elapsed {_hms(elapsed)}  left {left_text}")

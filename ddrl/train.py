@@ -5,15 +5,13 @@ import argparse
 import datetime
 import json
 import os
-import sys
 import traceback
 from pathlib import Path
-
-import numpy as np
 
 from ddrl import checkpoint
 from ddrl.config import Config, load_config
 from ddrl.errors import DdrlError
+from ddrl.output import say
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,7 +50,7 @@ def _prepare_run_dir(run_dir: Path, resume: bool) -> Path | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ddrl.dist.world import discover
+    from ddrl.distributed.world import discover
 
     cfg = load_config(args.job, args.set)
 
@@ -70,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         if world.size > 1 and not isinstance(exc, SystemExit):
             # The other ranks would wait in the next collective (and MPI_Finalize) forever.
             message = str(exc) if isinstance(exc, DdrlError) else traceback.format_exc()
-            print(f"ddrl: error: rank {world.rank}: {message}", file=sys.stderr, flush=True)
+            say(f"ddrl: error: rank {world.rank}: {message}", err=True)
             world.comm.Abort(2 if isinstance(exc, DdrlError) else 1)
         raise
 
@@ -82,7 +80,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt_path: Path | None) -> int:
                          deterministic=cfg.node.mode == "a2c")
     import tensorflow as tf
 
-    from ddrl.dist.sync import make_sync
+    from ddrl.distributed.sync import make_sync
     from ddrl.envs import env_spec
     from ddrl.evaluate import BackgroundEvaluator
     from ddrl.info import versions
@@ -125,10 +123,10 @@ def _train(cfg: Config, world, run_dir: Path, ckpt_path: Path | None) -> int:
         if cfg.eval.episodes:
             evaluator = BackgroundEvaluator(cfg, lambda: Learner(cfg, *spec),
                                             derive_seed(cfg.run.seed, 0, "eval"))
-        print(f"[ddrl] {cfg.env.id} {cfg.node.mode} x {world.size} rank(s) on {world.nodes} "
-              f"node(s), {learner.num_params:,} parameters, sync {sync.name}, "
-              f"run directory {run_dir}" + (f" (resumed at update {counters.update})"
-                                            if ckpt_path else ""), flush=True)
+        say(f"[ddrl] {cfg.env.id} {cfg.node.mode} x {world.size} rank(s) on {world.nodes} "
+            f"node(s), {learner.num_params:,} parameters, sync {sync.name}, "
+            f"run directory {run_dir}" + (f" (resumed at update {counters.update})"
+                                          if ckpt_path else ""))
     node_cls = node_class(cfg)
     node = node_cls(cfg, learner, world.rank, counters.restarts)
     node.update = counters.update

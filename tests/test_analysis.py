@@ -17,6 +17,7 @@ from matplotlib.image import imread
 
 from analysis.load import load_run, load_runs
 from analysis.plots import plot_learning_curves, plot_losses, plot_ranks, plot_scaling
+from analysis.reference import load_reference
 from analysis.scaling import scaling_table
 from analysis.scores import human_normalized
 from analysis.summary import run_labels, summarize
@@ -199,3 +200,51 @@ def test_bad_input_is_a_one_line_error(tmp_path, make):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ddrl: error:"), proc.stderr
     assert str(path) in lines[0] or path.name in lines[0]
+
+
+def test_shipped_references_are_drawn_beside_the_eval_curve(runs, tmp_path):
+    pong = load_reference("pong")
+    assert {"RLlib PPO", "CleanRL PPO"} <= set(pong["label"])
+    labels = run_labels(runs)
+    fig = plot_learning_curves(runs, labels, references=pong)
+    ax = np.array(fig.axes).reshape(2, 2)[0, 0]
+    assert len(ax.lines) == 2 * len(runs) + pong["label"].nunique()
+    assert set(pong["label"]) <= set(ax.get_legend_handles_labels()[1])
+    own = tmp_path / "mine.csv"
+    own.write_text("label,frames,score\nmy paper,1000,50\nmy paper,2000,150\n")
+    proc = ddrl("analyze", *map(str, [runs[0].path]), "--reference", str(own),
+                "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "curves.png").is_file()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("label,frames\nx,1\n", "missing column(s) score (expected label,frames,score)"),
+    ("label,frames,score\nx,1,lots\n", "row 1: score is not a number"),
+])
+def test_bad_reference_is_a_one_line_error(tmp_path, runs, text, message):
+    bad = tmp_path / "bad.csv"
+    bad.write_text(text)
+    proc = ddrl("analyze", str(runs[0].path), "--reference", str(bad), "--out", str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"ddrl: error: --reference {bad}: {message}"]
+
+
+def test_export_writes_the_log_as_tensorboard_scalars(run_dirs, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    proc = ddrl("export", "--tensorboard", str(tmp_path / "tb"), str(run_dirs[0]))
+    assert proc.returncode == 0, proc.stderr
+    acc = EventAccumulator(str(tmp_path / "tb" / run_dirs[0].name))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"train/loss", "train/entropy", "eval/mean_return", "episodes/return"} <= tags
+    # A2C has no approximate KL: NaN figures are left out, not written as NaN.
+    assert "train/approx_kl" not in tags
+    evals = raw(run_dirs[0], "eval")
+    points = acc.Scalars("eval/mean_return")
+    assert [p.step for p in points] == list(evals["frames"])
+    np.testing.assert_allclose([p.value for p in points], evals["mean_return"], rtol=1e-6)
+    start = points[0].wall_time - float(evals["wall_time"][0])
+    np.testing.assert_allclose([p.wall_time - start for p in points], evals["wall_time"],
+                               atol=1e-3)

@@ -63,7 +63,7 @@ def test_first_logged_game_includes_the_random_start():
             pool.send(rng.integers(0, pool.n_actions, len(step.env_ids)))
     finally:
         pool.close()
-    for env, (ret, length, steps, seen) in first.items():
+    for env, (ret, length, steps, _) in first.items():
         assert length > steps, f"simulator {env}: the random start is missing from its game"
         assert -21 <= ret <= 21
     assert any(ret != seen for ret, _, _, seen in first.values()), \

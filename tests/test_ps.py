@@ -17,7 +17,7 @@ import pytest
 from conftest import DDRL, JOBS, MPIRUN, ROOT, ddrl, env_for_tests, table
 
 from ddrl import checkpoint
-from ddrl.dist.ps import Layout, quorum
+from ddrl.distributed.ps import Layout, quorum
 from ddrl.errors import DdrlError
 
 WORKER = re.compile(r"\[ddrl\] rank (\d+) final weights sha256 ([0-9a-f]+)")

@@ -15,10 +15,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401  (the fixture)
 
 from ddrl import checkpoint
 from ddrl.cli import main as ddrl_main
-from slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401  (the fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 SLURM = REPO / "slurm"

@@ -1,1 +1,14 @@
-"""Losses and return computations of the learning algorithms."""
+"""Learning algorithms: one module each, behind the interface in `base`."""
+from __future__ import annotations
+
+from ddrl.algos.base import STAT_NAMES, Algorithm
+from ddrl.config import Config
+
+__all__ = ["STAT_NAMES", "Algorithm", "make_algorithm"]
+
+
+def make_algorithm(cfg: Config) -> Algorithm:
+    from ddrl.algos.actor_critic import A2C
+    from ddrl.algos.ppo import PPO
+
+    return {"a2c": A2C, "ppo": PPO}[cfg.algo.name](cfg)

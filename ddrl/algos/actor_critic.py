@@ -4,6 +4,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from ddrl.algos.base import policy_terms
+from ddrl.algos.batch import Batch
+from ddrl.config import Config
+
 
 def nstep_returns(rewards: np.ndarray, dones: np.ndarray, bootstrap: np.ndarray | float,
                   gamma: float) -> np.ndarray:
@@ -20,18 +24,40 @@ def actor_critic_loss(logits: tf.Tensor, values: tf.Tensor, actions: tf.Tensor,
                       returns: tf.Tensor, entropy_coef: float, value_coef: float
                       ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
     """Policy gradient on stop_grad(R - V), value_coef x mean squared error, entropy bonus."""
-    log_probs = tf.nn.log_softmax(logits)
-    log_prob_a = tf.gather(log_probs, actions, batch_dims=1)
+    log_prob_a, entropy = policy_terms(logits, actions)
     advantage = returns - values
     policy_loss = -tf.reduce_mean(log_prob_a * tf.stop_gradient(advantage))
     value_loss = tf.reduce_mean(tf.square(advantage))
-    entropy = -tf.reduce_mean(tf.reduce_sum(tf.exp(log_probs) * log_probs, axis=-1))
+    entropy = tf.reduce_mean(entropy)
     loss = policy_loss + value_coef * value_loss - entropy_coef * entropy
+    nan = tf.constant(float("nan"))
     return loss, {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss,
-                  "entropy": entropy}
+                  "entropy": entropy, "approx_kl": nan, "clip_frac": nan}
 
 
 def clip_by_average_norm(grad: tf.Tensor, clip: float) -> tf.Tensor:
     """TF1's clip_by_average_norm (removed in TF2), which the authors applied to every tensor."""
     avg_norm = tf.norm(grad) / tf.cast(tf.size(grad), grad.dtype)
     return grad * clip / tf.maximum(avg_norm, clip)
+
+
+class A2C:
+    """One gradient step per batch, on n-step returns; the advantage uses the current critic."""
+
+    name = "a2c"
+    fields = ("returns",)
+
+    def __init__(self, cfg: Config):
+        self.gamma = cfg.node.gamma
+        self.entropy = cfg.optim.entropy
+        self.value_coef = cfg.optim.value_coef
+
+    def targets(self, rewards, dones, values, logp, bootstrap) -> dict[str, np.ndarray]:
+        return {"returns": nstep_returns(rewards, dones, bootstrap, self.gamma)}
+
+    def loss(self, logits, values, actions, targets):
+        return actor_critic_loss(logits, values, actions, targets["returns"], self.entropy,
+                                 self.value_coef)
+
+    def minibatches(self, batch: Batch, rng: np.random.Generator) -> list[Batch]:
+        return [batch]

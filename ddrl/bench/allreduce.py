@@ -61,13 +61,13 @@ def _time(comm, reduce, n: int, repeat: int, op_max) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ddrl.dist.world import discover, launched_by_mpi_or_slurm
+    from ddrl.distributed.world import discover, launched_by_mpi_or_slurm
 
     if not launched_by_mpi_or_slurm():
         return _relaunch(args)
     from mpi4py import MPI
 
-    from ddrl.dist.sync import HorovodSync, MpiAllreduceSync
+    from ddrl.distributed.sync import HorovodSync, MpiAllreduceSync
 
     world = discover(need_mpi=True)
     comm = world.comm

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ddrl.algos.batch import Batch
 from ddrl.errors import DdrlError
 
 PEAK_TAG = "[ddrl-bench] peak_rss_bytes"
@@ -127,14 +128,16 @@ def network_rate(learner, obs_shape: tuple[int, ...], obs_dtype: np.dtype, infer
     else:
         infer_obs, train_obs = (rng.standard_normal((n, *obs_shape)).astype(obs_dtype)
                                 for n in (infer_batch, train_batch))
-    actions = rng.integers(0, learner.n_actions, train_batch, dtype=np.int32)
-    returns = rng.uniform(-1, 1, train_batch).astype(np.float32)
+    batch = Batch(train_obs, rng.integers(0, learner.n_actions, train_batch, dtype=np.int32),
+                  np.zeros(train_batch, np.int64),
+                  {f: rng.uniform(-1, 1, train_batch).astype(np.float32)
+                   for f in learner.algo.fields})
 
     def act(gen: np.random.Generator) -> None:
         sample_actions(learner.predict(infer_obs)[0], gen)
 
     def train() -> None:
-        learner.apply(learner.gradients(train_obs, actions, returns)[0])
+        learner.apply(learner.gradients(batch)[0])
 
     act(rng)  # traces the compiled steps
     train()

@@ -85,7 +85,7 @@ def first_error(output: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ddrl.config import load_config
-    from ddrl.dist.ps import quorum
+    from ddrl.distributed.ps import quorum
 
     w, slow = args.workers, args.workers - 1
     if w < 2 or args.servers < 1 or args.seconds <= 0 or args.slow_factor <= 1:

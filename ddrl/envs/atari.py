@@ -25,6 +25,7 @@ class AtariBackend:
             rom_name(cfg.id), num_envs, batch_size=batch_size, num_threads=cfg.env_threads,
             max_num_frames_per_episode=cfg.max_episode_frames,
             repeat_action_probability=cfg.sticky, autoreset_mode="SameStep",
+            img_height=cfg.size, img_width=cfg.size,
             frameskip=cfg.frame_skip, noop_max=cfg.noop_max, use_fire_reset=cfg.fire_reset,
             # Life loss ends the value chain only; the game itself resets on game over, so the
             # agent still sees late-game states (ale-py's episodic_life resets the whole game).
@@ -41,7 +42,10 @@ class AtariBackend:
         frame = info["episode_frame_number"]
         new_game = frame < self._frame[ids]
         self._frame[ids] = frame
-        return RawStep(ids, obs, np.asarray(reward, np.float32), term | trunc, new_game)
+        truncated = trunc & ~term
+        final_obs = info["final_obs"][truncated] if truncated.any() else None
+        return RawStep(ids, obs, np.asarray(reward, np.float32), term | trunc, new_game,
+                       truncated, final_obs)
 
     def reset(self, seed: int) -> RawStep:
         obs, info = self._env.reset(seed=seed)

@@ -26,15 +26,20 @@ class ClassicBackend:
     def reset(self, seed: int) -> RawStep:
         obs, _ = self._env.reset(seed=seed)
         zeros = np.zeros(self.num_envs, bool)
-        return RawStep(self._ids, obs.astype(np.float32), np.zeros(self.num_envs, np.float32), zeros, zeros)
+        return RawStep(self._ids, obs.astype(np.float32), np.zeros(self.num_envs, np.float32),
+                       zeros, zeros, zeros)
 
     def send(self, actions: np.ndarray) -> None:
         self._actions = actions
 
     def recv(self) -> RawStep:
-        obs, reward, term, trunc, _ = self._env.step(self._actions)
+        obs, reward, term, trunc, info = self._env.step(self._actions)
         done = term | trunc
-        return RawStep(self._ids, obs.astype(np.float32), reward.astype(np.float32), done, done)
+        truncated = trunc & ~term
+        final_obs = (np.stack(info["final_obs"][truncated]).astype(np.float32)
+                     if truncated.any() else None)
+        return RawStep(self._ids, obs.astype(np.float32), reward.astype(np.float32), done, done,
+                       truncated, final_obs)
 
     def close(self) -> None:
         self._env.close()

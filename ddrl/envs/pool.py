@@ -21,6 +21,10 @@ class RawStep:
     done: np.ndarray
     # The simulator started a new game with this observation (game over or truncation).
     new_game: np.ndarray
+    # The frame cap (not the game) ended the game: its value chain is cut, not finished.
+    truncated: np.ndarray
+    # The last observation of each truncated game, in the order of `truncated`'s true rows.
+    final_obs: np.ndarray | None = None
 
 
 @dataclass
@@ -29,8 +33,19 @@ class Step:
     obs: np.ndarray
     reward: np.ndarray
     done: np.ndarray
+    truncated: np.ndarray
+    final_obs: np.ndarray | None
     # (env_id, return, length in agent steps) of whole games that ended with this step.
     episodes: list[tuple[int, float, int]] = field(default_factory=list)
+
+    def reorder(self, order: np.ndarray) -> None:
+        """Rows in `order`; final_obs follows its truncated rows."""
+        if self.final_obs is not None:
+            rank = np.cumsum(self.truncated) - 1
+            self.final_obs = self.final_obs[rank[order][self.truncated[order]]]
+        self.env_ids, self.obs = self.env_ids[order], self.obs[order]
+        self.reward, self.done = self.reward[order], self.done[order]
+        self.truncated = self.truncated[order]
 
 
 class Backend(Protocol):
@@ -95,7 +110,8 @@ class SimPool:
             self._returns[env] = 0.0
             self._lengths[env] = 0
         reward = np.clip(raw.reward, -1.0, 1.0) if self._clip else raw.reward
-        return Step(ids, raw.obs, reward.astype(np.float32), raw.done, episodes)
+        return Step(ids, raw.obs, reward.astype(np.float32), raw.done, raw.truncated,
+                    raw.final_obs, episodes)
 
     def send(self, actions: np.ndarray) -> None:
         self.backend.send(np.asarray(actions, dtype=np.int32))

@@ -16,11 +16,11 @@ import time
 
 import numpy as np
 
-from ddrl.algos.actor_critic import nstep_returns
+from ddrl.algos.base import log_prob
+from ddrl.algos.batch import Batch
 from ddrl.config import Config
 from ddrl.envs import SimPool, Step
 from ddrl.node.base import Node
-from ddrl.node.experience import Batch
 from ddrl.node.learner import Learner, sample_actions
 
 
@@ -31,11 +31,17 @@ class A2CNode(Node):
         self.pools: list[SimPool] = [self.make_pool(f"sim{g}", len(members))
                                      for g, members in enumerate(groups)]
         self._rngs = [self.rng(f"actions{g}") for g in range(len(groups))]
+        self._minibatch_rng = self.rng("minibatches")
         # Per group: the observation its simulators are acting on, the actions sent for it,
-        # and the update those actions were chosen at.
+        # their log-probabilities, the critic's values of the observation, and the update
+        # those actions were chosen at.
         self._obs: list[np.ndarray] = [np.empty(0)] * len(groups)
         self._actions: list[np.ndarray] = [np.empty(0, np.int32)] * len(groups)
+        self._logp: list[np.ndarray] = [np.empty(0, np.float32)] * len(groups)
+        self._values: list[np.ndarray] = [np.empty(0, np.float32)] * len(groups)
         self._acted_at = [0] * len(groups)
+        # Minibatches of the last rollout still to train on (several with PPO's epochs).
+        self._pending: list[Batch] = []
         for g in range(len(groups)):
             self._act(g, self._recv(g).obs)
 
@@ -47,10 +53,10 @@ class A2CNode(Node):
     def _recv(self, group: int) -> Step:
         pool = self.pools[group]
         step = pool.recv()
+        step.reward = self.bootstrap_truncated(step)
         # A group is stepped whole, but the vector env may list its simulators in any order.
         order = np.argsort(step.env_ids, kind="stable")
-        step.env_ids, step.obs = step.env_ids[order], step.obs[order]
-        step.reward, step.done = step.reward[order], step.done[order]
+        step.reorder(order)
         self.record(len(order) * pool.frames_per_step, step.episodes)
         return step
 
@@ -60,9 +66,15 @@ class A2CNode(Node):
         actions = sample_actions(logits, self._rngs[group])
         self.pools[group].send(actions)
         self._obs[group], self._actions[group], self._acted_at[group] = obs, actions, self.update
+        self._logp[group], self._values[group] = log_prob(logits, actions), values
         return values
 
     def next_batch(self) -> Batch:
+        if not self._pending:
+            self._pending = self.learner.algo.minibatches(self._rollout(), self._minibatch_rng)
+        return self._pending.pop(0)
+
+    def _rollout(self) -> Batch:
         n = self.cfg.node
         bootstrap = [np.empty(0, np.float32)] * len(self.pools)
         steps = []
@@ -75,7 +87,7 @@ class A2CNode(Node):
                 t1 = time.perf_counter()
                 parts.append((self._obs[g], self._actions[g],
                               np.full(len(step.env_ids), self._acted_at[g], np.int64),
-                              step.reward, step.done))
+                              step.reward, step.done, self._values[g], self._logp[g]))
                 bootstrap[g] = self._act(g, step.obs)
                 t_sim += t1 - t0
                 t_predict += time.perf_counter() - t1
@@ -84,11 +96,13 @@ class A2CNode(Node):
             self.t_sim += t_sim
             self.t_predict += t_predict
         # (t_max, n_sim, ...) arrays: time-major, simulators in a fixed order.
-        obs, actions, acted_at, rewards, dones = (np.stack(column) for column in zip(*steps))
-        returns = nstep_returns(rewards, dones.astype(np.float32), np.concatenate(bootstrap), n.gamma)
+        obs, actions, acted_at, rewards, dones, values, logp = (np.stack(column)
+                                                                 for column in zip(*steps))
+        targets = self.learner.algo.targets(rewards, dones.astype(np.float32), values, logp,
+                                            np.concatenate(bootstrap))
         size = n.t_max * n.n_sim
         return Batch(obs.reshape(size, *obs.shape[2:]), actions.reshape(size),
-                     returns.reshape(size), acted_at.reshape(size))
+                     acted_at.reshape(size), {k: v.reshape(size) for k, v in targets.items()})
 
     def close(self) -> None:
         for pool in self.pools:

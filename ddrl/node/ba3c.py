@@ -12,10 +12,11 @@ import time
 
 import numpy as np
 
+from ddrl.algos.batch import Batch
 from ddrl.config import Config
 from ddrl.envs import SimPool
 from ddrl.node.base import Node
-from ddrl.node.experience import Batch, ExperienceFifo, SegmentBuilder
+from ddrl.node.experience import ExperienceFifo, SegmentBuilder
 from ddrl.node.learner import Learner, sample_actions
 
 
@@ -64,12 +65,13 @@ class BA3CNode(Node):
             logits, values = self.learner.predict(step.obs)
             actions = sample_actions(logits, rng)
             pool.send(actions)
+            reward = self.bootstrap_truncated(step)
             t2 = time.perf_counter()
             update = self.update
             for i, env in enumerate(step.env_ids):
                 if last_obs[env] is not None:
                     done = bool(step.done[i])
-                    if builders[env].add(last_obs[env], last_action[env], float(step.reward[i]),
+                    if builders[env].add(last_obs[env], last_action[env], float(reward[i]),
                                          done, update):
                         segment = builders[env].flush(0.0 if done else float(values[i]))
                         if not self.fifo.put(segment):

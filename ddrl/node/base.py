@@ -5,9 +5,9 @@ import threading
 
 import numpy as np
 
+from ddrl.algos.batch import Batch
 from ddrl.config import Config
-from ddrl.envs import make_pool
-from ddrl.node.experience import Batch
+from ddrl.envs import Step, make_pool
 from ddrl.node.learner import Learner
 from ddrl.seeding import derive_seed, rng
 
@@ -36,6 +36,18 @@ class Node:
 
     def rng(self, name: str) -> np.random.Generator:
         return rng(self.cfg.run.seed, self.rank, f"{name}/{self._restart}")
+
+    def bootstrap_truncated(self, step: Step) -> np.ndarray:
+        """Rewards plus gamma V(last observation) where the frame cap cut a game.
+
+        A truncated game is not over: its value chain ends with the critic's estimate, not
+        zero. The step stays `done`, because the next observation belongs to a new game.
+        """
+        if step.final_obs is None:
+            return step.reward
+        reward = step.reward.copy()
+        reward[step.truncated] += self.cfg.node.gamma * self.learner.predict(step.final_obs)[1]
+        return reward
 
     def record(self, frames: int, episodes: list[tuple[int, float, int]]) -> None:
         with self._lock:

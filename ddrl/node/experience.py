@@ -3,33 +3,11 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 
 from ddrl.algos.actor_critic import nstep_returns
-
-
-@dataclass
-class Batch:
-    obs: np.ndarray
-    actions: np.ndarray
-    returns: np.ndarray
-    # The update count when each action was chosen: the trainer measures policy lag from it.
-    acted_at: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.actions)
-
-    @staticmethod
-    def concat(parts: list["Batch"]) -> "Batch":
-        return Batch(*(np.concatenate([getattr(p, f) for p in parts])
-                       for f in ("obs", "actions", "returns", "acted_at")))
-
-    def split(self, n: int) -> tuple["Batch", "Batch"]:
-        head = Batch(self.obs[:n], self.actions[:n], self.returns[:n], self.acted_at[:n])
-        tail = Batch(self.obs[n:], self.actions[n:], self.returns[n:], self.acted_at[n:])
-        return head, tail
+from ddrl.algos.batch import Batch
 
 
 class SegmentBuilder:
@@ -56,8 +34,8 @@ class SegmentBuilder:
     def flush(self, bootstrap_value: float) -> Batch:
         returns = nstep_returns(np.array(self._rewards, np.float32),
                                 np.array(self._dones, np.float32), bootstrap_value, self.gamma)
-        batch = Batch(np.stack(self._obs), np.array(self._actions, np.int32), returns,
-                      np.array(self._acted_at, np.int64))
+        batch = Batch(np.stack(self._obs), np.array(self._actions, np.int32),
+                      np.array(self._acted_at, np.int64), {"returns": returns})
         self.__init__(self.t_max, self.gamma)
         return batch
 
@@ -97,6 +75,3 @@ class ExperienceFifo:
         if have > n:
             batch, self._left = batch.split(n)
         return batch
-
-    def size(self) -> int:
-        return self._q.qsize()

@@ -8,12 +8,13 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from ddrl.algos.actor_critic import actor_critic_loss, clip_by_average_norm
+from ddrl.algos import STAT_NAMES, make_algorithm
+from ddrl.algos.actor_critic import clip_by_average_norm
+from ddrl.algos.batch import Batch
 from ddrl.config import Config
 from ddrl.models import build_model
-from ddrl.optim import make_adam
-
-STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "grad_norm")
+from ddrl.optim import make_adam, scheduled_lr
+from ddrl.output import quiet_native_logs
 
 
 class Learner:
@@ -21,9 +22,11 @@ class Learner:
                  n_actions: int, workers: int = 1):
         self.cfg = cfg
         self.n_actions = n_actions
+        self.algo = make_algorithm(cfg)
         self.model = build_model(cfg.model, obs_shape, n_actions)
         self.variables = self.model.trainable_variables
         self.optimizer = make_adam(cfg.optim, workers)
+        self._base_lr = float(tf.keras.backend.get_value(self.optimizer.learning_rate))
         self.optimizer.build(self.variables)
         self.sizes = [int(np.prod(v.shape)) for v in self.variables]
         self.num_params = sum(self.sizes)
@@ -32,27 +35,31 @@ class Learner:
         # (argument binding, trace-cache lookup), a tenth of a small inference call on 2 cores.
         self._predict = tf.function(self._predict_fn).get_concrete_function(obs_spec)
         self._gradients = tf.function(self._gradients_fn).get_concrete_function(
-            obs_spec, tf.TensorSpec((None,), tf.int32), tf.TensorSpec((None,), tf.float32))
+            obs_spec, tf.TensorSpec((None,), tf.int32),
+            *[tf.TensorSpec((None,), tf.float32) for _ in self.algo.fields])
         # XLA fuses Adam's element-wise passes into one loop per variable: about 3x faster
         # than the unfused Keras update, which costs a quarter of a Nature-CNN training step
         # on CPU. Only here: XLA's CPU convolutions are slower than oneDNN's.
         self._apply = tf.function(self._apply_fn, jit_compile=True).get_concrete_function(
             tf.TensorSpec((self.num_params,), tf.float32))
+        self._compiled = False
         self._grad: tf.Tensor | None = None
         self._grad_view: np.ndarray | None = None
 
     def _predict_fn(self, obs):
         return self.model(obs, training=False)
 
-    def _gradients_fn(self, obs, actions, returns):
+    def _gradients_fn(self, obs, actions, *targets):
         o = self.cfg.optim
         with tf.GradientTape() as tape:
             logits, values = self.model(obs, training=True)
-            loss, stats = actor_critic_loss(logits, values, actions, returns, o.entropy, o.value_coef)
+            loss, stats = self.algo.loss(logits, values, actions, dict(zip(self.algo.fields, targets)))
         grads = tape.gradient(loss, self.variables)
         stats["grad_norm"] = tf.linalg.global_norm(grads)
         if o.clip > 0:
             grads = [clip_by_average_norm(g, o.clip) for g in grads]
+        if o.max_grad_norm > 0:
+            grads, _ = tf.clip_by_global_norm(grads, o.max_grad_norm, use_norm=stats["grad_norm"])
         flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in grads], axis=0)
         return flat, tf.stack([tf.cast(stats[n], tf.float32) for n in STAT_NAMES])
 
@@ -64,10 +71,10 @@ class Learner:
         logits, values = self._predict(obs)
         return logits.numpy(), values.numpy()
 
-    def gradients(self, obs: np.ndarray, actions: np.ndarray, returns: np.ndarray
-                  ) -> tuple[np.ndarray, dict[str, float]]:
+    def gradients(self, batch: Batch) -> tuple[np.ndarray, dict[str, float]]:
         """The flat gradient is a read-only view of the tensor TF computed, not a copy."""
-        flat, stats = self._gradients(obs, actions.astype(np.int32), returns.astype(np.float32))
+        flat, stats = self._gradients(batch.obs, batch.actions.astype(np.int32),
+                                      *[batch.targets[f].astype(np.float32) for f in self.algo.fields])
         self._grad = flat
         self._grad_view = np.asarray(flat)
         return self._grad_view, dict(zip(STAT_NAMES, stats.numpy().tolist()))
@@ -76,7 +83,19 @@ class Learner:
         # A single rank hands back the very array `gradients` returned: apply its tensor, which
         # spares two copies of the whole gradient (a tenth of a Nature-CNN update on 2 cores).
         same = flat_grad is self._grad_view
-        self._apply(self._grad if same else tf.constant(flat_grad, tf.float32))
+        grad = self._grad if same else tf.constant(flat_grad, tf.float32)
+        if self._compiled:
+            self._apply(grad)
+            return
+        with quiet_native_logs():  # the first call compiles
+            self._apply(grad)
+        self._compiled = True
+
+    def schedule(self, progress: float) -> None:
+        """Sets the learning rate for the fraction `progress` of the run's frames done."""
+        if self.cfg.optim.lr_schedule == "constant":
+            return
+        self.optimizer.learning_rate.assign(scheduled_lr(self.cfg.optim, self._base_lr, progress))
 
     @property
     def lr(self) -> float:

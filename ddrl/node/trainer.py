@@ -17,12 +17,13 @@ import numpy as np
 
 from ddrl import checkpoint
 from ddrl.config import Config
-from ddrl.dist.sync import LocalSync
-from ddrl.dist.world import World
+from ddrl.distributed.sync import LocalSync
+from ddrl.distributed.world import World
 from ddrl.evaluate import BackgroundEvaluator, evaluate
 from ddrl.log import RunLog
 from ddrl.node.base import Node
 from ddrl.node.learner import Learner
+from ddrl.output import say
 from ddrl.progress import Progress
 from ddrl.seeding import derive_seed
 
@@ -86,7 +87,7 @@ class Trainer:
                 t0 = time.perf_counter()
                 batch = self.node.next_batch()
                 t1 = time.perf_counter()
-                grad, stats = self.learner.gradients(batch.obs, batch.actions, batch.returns)
+                grad, stats = self.learner.gradients(batch)
                 t_train = time.perf_counter() - t1
                 if self._slow:
                     time.sleep((cfg.debug.slow_factor - 1) * (time.perf_counter() - t0))
@@ -103,6 +104,7 @@ class Trainer:
                 c.update += 1
                 self.node.update = c.update
                 c.frames += int(round(res.extras[2]))
+                self.learner.schedule(c.frames / cfg.run.max_frames)
                 c.wall_time = time.perf_counter() - t_origin
                 window["updates"] += 1
                 window["dp"] += len(batch) * res.contributors
@@ -203,7 +205,7 @@ class Trainer:
         code = EXIT_SIGNALLED if reason == "signal" else 0
         # One line per rank, so anyone can check that all ranks ended with the same weights.
         digest = hashlib.sha256(self.learner.get_weights().tobytes()).hexdigest()[:16]
-        print(f"[ddrl] rank {self.world.rank} final weights sha256 {digest}", flush=True)
+        say(f"[ddrl] rank {self.world.rank} final weights sha256 {digest}")
         if self.world.is_root:
             self._finish_root(reason)
         # No rank exits before rank 0 has saved: launchers kill the job when the first exits.
@@ -222,5 +224,5 @@ class Trainer:
         path = self._checkpoint()
         self.log.close()
         self.progress.maybe_print(c.frames, c.wall_time, c.update, force=True)
-        print(f"[ddrl] stopped ({reason}) after {c.update} updates, {c.frames:,} frames; "
-              f"log {self.run_dir / 'log.h5'}, checkpoint {path}", flush=True)
+        say(f"[ddrl] stopped ({reason}) after {c.update} updates, {c.frames:,} frames; "
+            f"log {self.run_dir / 'log.h5'}, checkpoint {path}")

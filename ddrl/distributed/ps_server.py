@@ -21,14 +21,37 @@ import numpy as np
 
 from ddrl.checkpoint import StopSignals
 from ddrl.config import Config
-from ddrl.dist.ps import (APPLY, CONTROL, DATA, DROP, FINISH, GRAD, INTERVAL, META, META_HEAD,
-                          MOMENT, REPLY, SNAPSHOT, STATE, STATUS, VELOCITY, WEIGHTS, Backoff,
-                          Layout, abort, adam_slots, flat_moments, quorum, set_flat_moments,
-                          wait_all)
-from ddrl.dist.sync import bcast
-from ddrl.dist.world import World
+from ddrl.distributed.ps import (
+    APPLY,
+    CONTROL,
+    DATA,
+    DROP,
+    FINISH,
+    GRAD,
+    INTERVAL,
+    META,
+    META_HEAD,
+    MOMENT,
+    REPLY,
+    SNAPSHOT,
+    STATE,
+    STATUS,
+    VELOCITY,
+    WEIGHTS,
+    Backoff,
+    Layout,
+    abort,
+    adam_slots,
+    flat_moments,
+    quorum,
+    set_flat_moments,
+    wait_all,
+)
+from ddrl.distributed.sync import bcast
+from ddrl.distributed.world import World
 from ddrl.node.learner import Learner
 from ddrl.optim import make_adam
+from ddrl.output import quiet_native_logs, say
 
 
 class ParameterServer:
@@ -43,6 +66,7 @@ class ParameterServer:
         self._k = quorum(cfg.sync.aggregate, layout.workers)
         self._timeout = cfg.sync.timeout
         self.status = dict.fromkeys(STATUS, 0.0)
+        self._compiled = False
         self._sends: list = []
         # Per worker: its gradient buffer, its message awaiting a decision, its last `sent`.
         self._data: dict[int, np.ndarray] = {}
@@ -89,7 +113,7 @@ class ParameterServer:
         wait_all(self._sends, self._timeout)
         st = self.status
         # Before the barrier: output written just before a rank exits can be lost by mpirun.
-        print(f"[ddrl] parameter server {self.index} (rank {self.world.rank}) weights [{lo}, {hi}): "
+        say(f"[ddrl] parameter server {self.index} (rank {self.world.rank}) weights [{lo}, {hi}): "
               f"{st['version']:.0f} updates, {st['received']:.0f} gradients received, "
               f"{st['applied']:.0f} applied, {st['dropped']:.0f} dropped; final weights sha256 "
               f"{hashlib.sha256(self._weights.tobytes()).hexdigest()}", flush=True)
@@ -117,7 +141,7 @@ class ParameterServer:
                 if w in lost:
                     lost.discard(w)
                     live.add(w)
-                    print(f"[ddrl] parameter server 0: worker rank {w} is back", flush=True)
+                    say(f"[ddrl] parameter server 0: worker rank {w} is back")
                 kind = int(meta[0])
                 if kind == GRAD:
                     self._inbox[w] = meta
@@ -156,9 +180,8 @@ class ParameterServer:
                                   "(sync.timeout); ending the job")
             live.discard(w)
             lost.add(w)
-            print(f"[ddrl] parameter server 0: worker rank {w} sent nothing for "
-                  f"{self._timeout:g} s (sync.timeout); going on with {len(live)} worker(s)",
-                  flush=True)
+            say(f"[ddrl] parameter server 0: worker rank {w} sent nothing for "
+                f"{self._timeout:g} s (sync.timeout); going on with {len(live)} worker(s)")
         return bool(silent)
 
     def _follow(self) -> None:
@@ -244,7 +267,12 @@ class ParameterServer:
             for w in workers[1:]:
                 grad += self._data[w]
             grad /= len(workers)
-        self._step(grad)
+        if self._compiled:
+            self._step(grad)
+        else:
+            with quiet_native_logs():  # the first call compiles
+                self._step(grad)
+            self._compiled = True
         self._weights = self._var.numpy()
         staleness = sum(self.status["version"] - self._inbox.pop(w)[1] for w in workers)
         self.status["version"] += 1

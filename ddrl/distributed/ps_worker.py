@@ -9,10 +9,25 @@ from typing import Any
 import numpy as np
 
 from ddrl.config import Config
-from ddrl.dist.ps import (BYE, DATA, GRAD, INTERVAL, META, MOMENT, REPLY, STATE, STATUS,
-                          VELOCITY, WEIGHTS, Layout, abort, set_flat_moments, wait_all)
-from ddrl.dist.sync import LocalSync, SyncResult, bcast
-from ddrl.dist.world import World
+from ddrl.distributed.ps import (
+    BYE,
+    DATA,
+    GRAD,
+    INTERVAL,
+    META,
+    MOMENT,
+    REPLY,
+    STATE,
+    STATUS,
+    VELOCITY,
+    WEIGHTS,
+    Layout,
+    abort,
+    set_flat_moments,
+    wait_all,
+)
+from ddrl.distributed.sync import LocalSync, SyncResult, bcast
+from ddrl.distributed.world import World
 from ddrl.errors import DdrlError
 from ddrl.node.learner import Learner
 

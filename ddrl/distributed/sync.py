@@ -3,7 +3,7 @@
 All backends share one step: (flat gradient, side channel) -> update applied. The side
 channel is a small float vector summed across ranks in the same collective (frames done,
 stop requests, per-rank timings), so control decisions cost no extra round trip.
-Parameter-server mode (ddrl/dist/ps*.py) keeps the same interface on its worker ranks.
+Parameter-server mode (ddrl/distributed/ps*.py) keeps the same interface on its worker ranks.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ddrl.config import Config
-from ddrl.dist.world import World
+from ddrl.distributed.world import World
 from ddrl.errors import DdrlError
 from ddrl.node.learner import Learner
 
@@ -137,7 +137,7 @@ def make_sync(cfg: Config, world: World):
     sync.ps ranks in PS mode, a ParameterServer."""
     backend = cfg.sync.backend
     if cfg.sync.mode == "ps":
-        from ddrl.dist.ps import make_ps
+        from ddrl.distributed.ps import make_ps
 
         return make_ps(cfg, world)
     if cfg.sync.aggregate != 1 or cfg.sync.async_:

@@ -19,7 +19,6 @@ moments when the worker asked for state.
 from __future__ import annotations
 
 import math
-import sys
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -27,12 +26,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ddrl.config import Config
-from ddrl.dist.world import World
+from ddrl.distributed.world import World
 from ddrl.errors import DdrlError
+from ddrl.output import say
 
 if TYPE_CHECKING:
-    from ddrl.dist.ps_server import ParameterServer
-    from ddrl.dist.ps_worker import PsSync
+    from ddrl.distributed.ps_server import ParameterServer
+    from ddrl.distributed.ps_worker import PsSync
 
 # Message tags. Each (source, tag) pair is FIFO in MPI, so one tag per kind of payload keeps
 # a worker's META and DATA, and a server's REPLY and slices, matched in order.
@@ -74,10 +74,10 @@ def make_ps(cfg: Config, world: World) -> "PsSync | ParameterServer":
     # The workers get a communicator of their own, as if they were the whole job.
     own = world.comm.Split(int(is_server), world.rank)
     if is_server:
-        from ddrl.dist.ps_server import ParameterServer
+        from ddrl.distributed.ps_server import ParameterServer
 
         return ParameterServer(cfg, world, layout)
-    from ddrl.dist.ps_worker import PsSync
+    from ddrl.distributed.ps_worker import PsSync
 
     return PsSync(cfg, world, own, layout)
 
@@ -150,7 +150,7 @@ def wait_all(requests: list, timeout: float) -> bool:
 def abort(comm, message: str) -> None:
     """End the whole job: a rank that cannot go on would leave the others waiting forever,
     and under mpirun or srun only MPI_Abort also takes down a rank that hangs."""
-    print(f"ddrl: error: {message}", file=sys.stderr, flush=True)
+    say(f"ddrl: error: {message}", err=True)
     comm.Abort(EXIT_ABORTED)
 
 

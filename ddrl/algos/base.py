@@ -1,0 +1,47 @@
+"""What an algorithm owns: its targets on time-major rollouts, its loss, its minibatches.
+
+The learner and the nodes are generic over this interface; the `/train` columns are
+`STAT_NAMES`, which every algorithm fills (NaN where a figure means nothing to it).
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import tensorflow as tf
+
+from ddrl.algos.batch import Batch
+
+STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "grad_norm", "approx_kl",
+              "clip_frac")
+
+
+class Algorithm(Protocol):
+    name: str
+    # The Batch.targets fields its loss takes, in the order the learner passes them.
+    fields: tuple[str, ...]
+
+    def targets(self, rewards: np.ndarray, dones: np.ndarray, values: np.ndarray,
+                logp: np.ndarray, bootstrap: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-step targets from (T, N) time-major arrays of one rollout."""
+
+    def loss(self, logits: tf.Tensor, values: tf.Tensor, actions: tf.Tensor,
+             targets: dict[str, tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        """The scalar to minimise and the statistics named in STAT_NAMES (grad_norm aside)."""
+
+    def minibatches(self, batch: Batch, rng: np.random.Generator) -> list[Batch]:
+        """The gradient steps one rollout makes, in order."""
+
+
+def policy_terms(logits: tf.Tensor, actions: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """log pi(a) of the taken actions and the policy's entropy per data point."""
+    log_probs = tf.nn.log_softmax(logits)
+    entropy = -tf.reduce_sum(tf.exp(log_probs) * log_probs, axis=-1)
+    return tf.gather(log_probs, actions, batch_dims=1), entropy
+
+
+def log_prob(logits: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """log pi(a) in numpy, for what the actor records at sampling time."""
+    z = logits - logits.max(axis=-1, keepdims=True)
+    log_probs = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    return np.take_along_axis(log_probs, actions[:, None].astype(np.int64), axis=-1)[:, 0]

@@ -1,0 +1,33 @@
+"""A batch of data points: what the trainer computes one gradient on."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Batch:
+    obs: np.ndarray
+    actions: np.ndarray
+    # The update count when each action was chosen: the trainer measures policy lag from it.
+    acted_at: np.ndarray
+    # Per data point, what the algorithm's loss takes besides obs and actions (by field name).
+    targets: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    def take(self, index: np.ndarray | slice) -> "Batch":
+        return Batch(self.obs[index], self.actions[index], self.acted_at[index],
+                     {k: v[index] for k, v in self.targets.items()})
+
+    @staticmethod
+    def concat(parts: list["Batch"]) -> "Batch":
+        return Batch(np.concatenate([p.obs for p in parts]),
+                     np.concatenate([p.actions for p in parts]),
+                     np.concatenate([p.acted_at for p in parts]),
+                     {k: np.concatenate([p.targets[k] for p in parts]) for k in parts[0].targets})
+
+    def split(self, n: int) -> tuple["Batch", "Batch"]:
+        return self.take(slice(None, n)), self.take(slice(n, None))
