@@ -67,15 +67,19 @@ class Run:
     @property
     def workers(self) -> int:
         """Ranks that compute gradients: parameter-server ranks only serve weights."""
-        if "num_workers" in self.attrs:
-            return int(self.attrs["num_workers"])
         if self.setting("sync.mode") == "ps":
             return self.world_size - int(self.setting("sync.ps", 0))
         return self.world_size
 
     @property
     def effective_batch(self) -> int:
-        """Data points per update with every worker's gradient aggregated (the paper's n x bs)."""
+        """Data points per update with every worker's gradient aggregated (the paper's n x bs):
+        from the log's first /train row (a PPO update is one minibatch); from the config for
+        a run that logged no update yet."""
+        train = self.tables.get("train")
+        if train is not None and len(train):
+            first = train.iloc[0]
+            return self.workers * int(round(first["effective_batch"] / max(first["contributors"], 1)))
         if self.setting("node.mode") == "a2c":
             per_rank = int(self.setting("node.n_sim", 1)) * int(self.setting("node.t_max", 1))
         else:

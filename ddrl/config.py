@@ -316,10 +316,3 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
         _apply(cfg, key.strip(), _parse_cli_value(text.strip()))
     validate(cfg)
     return cfg
-
-
-def config_from_json(text: str) -> Config:
-    cfg = Config()
-    for key, value in _flatten(json.loads(text), "config").items():
-        _apply(cfg, key, value)
-    return cfg

@@ -7,7 +7,6 @@ the checkpoint and swaps it in atomically, which also drops rows the resumed run
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -139,7 +138,3 @@ def read_table(f: h5py.File, name: str) -> np.ndarray:
     ds = f[name]
     ds.refresh()
     return ds[:]
-
-
-def read_config(f: h5py.File) -> dict[str, Any]:
-    return json.loads(f.attrs["config"])

@@ -7,6 +7,15 @@ from ddrl.config import ModelConfig
 
 L = tf.keras.layers
 
+
+def _orthogonal(gain: float) -> tf.keras.initializers.Initializer:
+    # Orthogonal weights with gain sqrt(2) keep activations' scale through ReLU layers (the
+    # A2C / PPO convention of baselines, SB3 and CleanRL); Keras' default Glorot shrinks them.
+    return tf.keras.initializers.Orthogonal(gain)
+
+
+HIDDEN_INIT = 2 ** 0.5
+
 # name -> conv stack (filters, kernel, stride, maxpool after); the paper's net uses stride-1
 # 5x5 VALID convolutions with 2x2 max-pooling (84->80->40->36->18->14->7->5).
 CONV_STACKS = {
@@ -25,20 +34,24 @@ def build_model(cfg: ModelConfig, obs_shape: tuple[int, ...], n_actions: int) ->
         inputs = L.Input(obs_shape, dtype=tf.float32)
         x = inputs
         for width in cfg.hidden:
-            x = L.Dense(width, activation="tanh")(x)
+            x = L.Dense(width, activation="tanh", kernel_initializer=_orthogonal(HIDDEN_INIT))(x)
     else:
         inputs = L.Input(obs_shape, dtype=tf.uint8)
         # ale-py stacks frames channels-first; TF's CPU convolutions want channels-last.
         # Transposed while still uint8: a quarter of the memory traffic of float32.
         x = L.Rescaling(1.0 / 255)(L.Permute((2, 3, 1))(inputs))
         for filters, kernel, stride, pool in CONV_STACKS[cfg.arch]:
-            x = L.Conv2D(filters, kernel, stride, padding="valid", activation="relu")(x)
+            x = L.Conv2D(filters, kernel, stride, padding="valid", activation="relu",
+                         kernel_initializer=_orthogonal(HIDDEN_INIT))(x)
             if pool:
                 x = L.MaxPooling2D(2)(x)
         x = L.Flatten()(x)
-        x = L.Dense(cfg.fc if cfg.arch == "ddrl" else FC_WIDTH[cfg.arch], activation="relu")(x)
-    logits = L.Dense(n_actions, dtype="float32", name="policy")(x)
-    value = L.Dense(1, dtype="float32", name="value")(x)
+        x = L.Dense(cfg.fc if cfg.arch == "ddrl" else FC_WIDTH[cfg.arch], activation="relu",
+                    kernel_initializer=_orthogonal(HIDDEN_INIT))(x)
+    # A small policy head starts the policy uniform, whatever the features.
+    logits = L.Dense(n_actions, dtype="float32", name="policy",
+                     kernel_initializer=_orthogonal(0.01))(x)
+    value = L.Dense(1, dtype="float32", name="value", kernel_initializer=_orthogonal(1.0))(x)
     return tf.keras.Model(inputs, [logits, tf.squeeze(value, -1)], name=cfg.arch)
 
 
