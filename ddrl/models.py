@@ -34,7 +34,7 @@ def build_model(cfg: ModelConfig, obs_shape: tuple[int, ...], n_actions: int) ->
         inputs = L.Input(obs_shape, dtype=tf.float32)
         x = inputs
         for width in cfg.hidden:
-            x = L.Dense(width, activation="tanh", kernel_initializer=_orthogonal(HIDDEN_INIT))(x)
+            x = L.Dense(width, activation="tanh")(x)
     else:
         inputs = L.Input(obs_shape, dtype=tf.uint8)
         # ale-py stacks frames channels-first; TF's CPU convolutions want channels-last.
@@ -48,10 +48,13 @@ def build_model(cfg: ModelConfig, obs_shape: tuple[int, ...], n_actions: int) ->
         x = L.Flatten()(x)
         x = L.Dense(cfg.fc if cfg.arch == "ddrl" else FC_WIDTH[cfg.arch], activation="relu",
                     kernel_initializer=_orthogonal(HIDDEN_INIT))(x)
-    # A small policy head starts the policy uniform, whatever the features.
+    # Image nets: a small policy head starts the policy uniform, whatever the features. The
+    # MLP keeps Keras' defaults, on which the CartPole checks and figures were measured.
+    image = cfg.arch != "mlp"
     logits = L.Dense(n_actions, dtype="float32", name="policy",
-                     kernel_initializer=_orthogonal(0.01))(x)
-    value = L.Dense(1, dtype="float32", name="value", kernel_initializer=_orthogonal(1.0))(x)
+                     kernel_initializer=_orthogonal(0.01) if image else "glorot_uniform")(x)
+    value = L.Dense(1, dtype="float32", name="value",
+                    kernel_initializer=_orthogonal(1.0) if image else "glorot_uniform")(x)
     return tf.keras.Model(inputs, [logits, tf.squeeze(value, -1)], name=cfg.arch)
 
 

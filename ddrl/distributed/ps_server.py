@@ -114,9 +114,9 @@ class ParameterServer:
         st = self.status
         # Before the barrier: output written just before a rank exits can be lost by mpirun.
         say(f"[ddrl] parameter server {self.index} (rank {self.world.rank}) weights [{lo}, {hi}): "
-              f"{st['version']:.0f} updates, {st['received']:.0f} gradients received, "
-              f"{st['applied']:.0f} applied, {st['dropped']:.0f} dropped; final weights sha256 "
-              f"{hashlib.sha256(self._weights.tobytes()).hexdigest()}", flush=True)
+            f"{st['version']:.0f} updates, {st['received']:.0f} gradients received, "
+            f"{st['applied']:.0f} applied, {st['dropped']:.0f} dropped; final weights sha256 "
+            f"{hashlib.sha256(self._weights.tobytes()).hexdigest()}")
         self.world.barrier()  # with the workers, once rank 0 has saved
         return 0
 
