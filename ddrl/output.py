@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 
 def say(text: str, err: bool = False) -> None:
@@ -48,3 +49,19 @@ def quiet_native_logs() -> Iterator[None]:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
+
+
+def quiet_first_call(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` with the native log lines of its first call (an XLA compile) dropped."""
+    called = False
+
+    def call(*args: Any) -> Any:
+        nonlocal called
+        if called:
+            return fn(*args)
+        with quiet_native_logs():
+            out = fn(*args)
+        called = True
+        return out
+
+    return call

@@ -51,7 +51,7 @@ from ddrl.distributed.sync import bcast
 from ddrl.distributed.world import World
 from ddrl.node.learner import Learner
 from ddrl.optim import make_adam
-from ddrl.output import quiet_native_logs, say
+from ddrl.output import quiet_first_call, say
 
 
 class ParameterServer:
@@ -66,7 +66,6 @@ class ParameterServer:
         self._k = quorum(cfg.sync.aggregate, layout.workers)
         self._timeout = cfg.sync.timeout
         self.status = dict.fromkeys(STATUS, 0.0)
-        self._compiled = False
         self._sends: list = []
         # Per worker: its gradient buffer, its message awaiting a decision, its last `sent`.
         self._data: dict[int, np.ndarray] = {}
@@ -100,9 +99,9 @@ class ParameterServer:
         m, v = flat_moments(learner.optimizer)
         set_flat_moments(self._opt, int(learner.optimizer.iterations.numpy()), m[lo:hi], v[lo:hi])
         # Compiled with XLA like Learner.apply: Adam's element-wise passes fuse into one loop.
-        self._step = tf.function(lambda g: self._opt.apply_gradients([(g, self._var)]),
-                                 jit_compile=True,
-                                 input_signature=[tf.TensorSpec((hi - lo,), tf.float32)])
+        self._step = quiet_first_call(tf.function(
+            lambda g: self._opt.apply_gradients([(g, self._var)]), jit_compile=True,
+            input_signature=[tf.TensorSpec((hi - lo,), tf.float32)]))
         self._weights = self._var.numpy()
         # Slurm signals every rank; the workers stop in order and a server leaves after them.
         with StopSignals():
@@ -267,12 +266,7 @@ class ParameterServer:
             for w in workers[1:]:
                 grad += self._data[w]
             grad /= len(workers)
-        if self._compiled:
-            self._step(grad)
-        else:
-            with quiet_native_logs():  # the first call compiles
-                self._step(grad)
-            self._compiled = True
+        self._step(grad)
         self._weights = self._var.numpy()
         staleness = sum(self.status["version"] - self._inbox.pop(w)[1] for w in workers)
         self.status["version"] += 1

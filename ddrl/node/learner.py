@@ -14,7 +14,7 @@ from ddrl.algos.batch import Batch
 from ddrl.config import Config
 from ddrl.models import build_model
 from ddrl.optim import make_adam, scheduled_lr
-from ddrl.output import quiet_native_logs
+from ddrl.output import quiet_first_call
 
 
 class Learner:
@@ -40,9 +40,9 @@ class Learner:
         # XLA fuses Adam's element-wise passes into one loop per variable: about 3x faster
         # than the unfused Keras update, which costs a quarter of a Nature-CNN training step
         # on CPU. Only here: XLA's CPU convolutions are slower than oneDNN's.
-        self._apply = tf.function(self._apply_fn, jit_compile=True).get_concrete_function(
+        apply = tf.function(self._apply_fn, jit_compile=True).get_concrete_function(
             tf.TensorSpec((self.num_params,), tf.float32))
-        self._compiled = False
+        self._apply = quiet_first_call(apply)
         self._grad: tf.Tensor | None = None
         self._grad_view: np.ndarray | None = None
 
@@ -83,13 +83,7 @@ class Learner:
         # A single rank hands back the very array `gradients` returned: apply its tensor, which
         # spares two copies of the whole gradient (a tenth of a Nature-CNN update on 2 cores).
         same = flat_grad is self._grad_view
-        grad = self._grad if same else tf.constant(flat_grad, tf.float32)
-        if self._compiled:
-            self._apply(grad)
-            return
-        with quiet_native_logs():  # the first call compiles
-            self._apply(grad)
-        self._compiled = True
+        self._apply(self._grad if same else tf.constant(flat_grad, tf.float32))
 
     def schedule(self, progress: float) -> None:
         """Sets the learning rate for the fraction `progress` of the run's frames done."""
