@@ -11,7 +11,7 @@ import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import tomli_w
 import tomllib
@@ -259,10 +259,7 @@ def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def validate(cfg: Config) -> None:
-    """Game id first (other checks depend on the kind of game), then choices and ranges."""
-    from ddrl.envs import check_env_id
-
-    check_env_id(cfg.env.id)
+    """Choices, ranges and the combinations of keys that cannot work together."""
     values = {f"{sec}.{k}": v for sec, body in cfg.to_dict().items() for k, v in body.items()}
     for key, choices in _CHOICES.items():
         if values[key] not in choices:
@@ -296,8 +293,11 @@ def validate(cfg: Config) -> None:
         raise DdrlError(f"config key model.arch: {cfg.model.arch!r} needs image observations; use 'mlp'")
 
 
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
-    """Defaults, then the job file, then `key=value` overrides; validated as a whole."""
+def load_config(path: str | Path | None, overrides: list[str] = (),
+                check_env: Callable[[str], None] | None = None) -> Config:
+    """Defaults, then the job file, then `key=value` overrides; validated as a whole.
+    `check_env` (`ddrl.envs.check_env_id` for anything that runs the game) vets the game id
+    first, since other checks depend on the kind of game; config itself knows no simulators."""
     cfg = Config()
     if path is not None:
         path = Path(path)
@@ -314,5 +314,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
         if not sep:
             raise DdrlError(f"--set {item!r}: expected key=value")
         _apply(cfg, key.strip(), _parse_cli_value(text.strip()))
+    if check_env is not None:
+        check_env(cfg.env.id)
     validate(cfg)
     return cfg

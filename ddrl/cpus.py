@@ -27,18 +27,6 @@ def cores_per_rank(requested: int, local_ranks: int) -> int:
     return max(1, mask // local_ranks if mask >= os.cpu_count() else mask)
 
 
-def mpirun_command(ranks: int) -> list[str]:
-    """`mpirun -n N` for this machine, each rank bound to its own block of cores; with more
-    ranks than cores, unbound and oversubscribed (then they share the cores evenly)."""
-    cmd = ["mpirun", "-n", str(ranks)]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    per_rank = len(os.sched_getaffinity(0)) // ranks
-    if per_rank >= 1:
-        return [*cmd, "--map-by", f"slot:PE={per_rank}", "--bind-to", "core"]
-    return [*cmd, "--oversubscribe", "--bind-to", "none"]
-
-
 def configure_tensorflow(cores: int, deterministic: bool) -> None:
     import tensorflow as tf
 

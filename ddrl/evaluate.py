@@ -102,7 +102,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ddrl.config import load_config
-    from ddrl.envs import env_spec
+    from ddrl.envs import check_env_id, env_spec
     from ddrl.node.learner import Learner
 
     target = Path(args.target)
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         run_dir, ckpt_path = target.parent.parent, target
     else:
         raise DdrlError(f"no such run directory or checkpoint: {target}")
-    cfg = load_config(run_dir / "config.toml")
+    cfg = load_config(run_dir / "config.toml", check_env=check_env_id)
     ckpt = checkpoint.load(ckpt_path)
     learner = Learner(cfg, *env_spec(cfg))
     learner.set_weights(ckpt.weights)

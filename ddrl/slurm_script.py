@@ -1,5 +1,6 @@
 """`ddrl slurm`: print a ready sbatch script for a job file, rendered from the templates in
-slurm/ (the header from the options, slurm/launch.sh inlined so the script stands alone).
+ddrl/slurm/ (package data; `slurm/` in the checkout links to it): the header from the
+options, launch.sh inlined so the script stands alone.
 
 `ddrl slurm --resolve` is the other half, run by those scripts inside the job: it decides what
 this task trains (array seed or sweep line), where (run directory) and whether it resumes, and
@@ -17,10 +18,11 @@ from pathlib import Path
 
 from ddrl import checkpoint
 from ddrl.config import load_config
+from ddrl.envs import check_env_id
 from ddrl.errors import DdrlError
 from ddrl.train import default_run_dir
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "slurm"
+TEMPLATES = Path(__file__).resolve().parent / "slurm"
 LAUNCH_BLOCK = re.compile(r"^# >>> ddrl launch.*?^# <<< ddrl launch\n", re.M | re.S)
 MAIN_CALL = 'ddrl_main "$@"\n'
 _TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
@@ -94,7 +96,7 @@ def task_config(job: str, sets: list[str], sweep: str | None,
                 job = word
             else:
                 sets.append(word)
-    cfg = load_config(job, sets)
+    cfg = load_config(job, sets, check_env=check_env_id)
     if sweep is None and task is not None:
         # Arrays without a sweep are seed replicas: the job's seed plus the task id.
         sets.append(f"run.seed={cfg.run.seed + task}")
@@ -189,7 +191,7 @@ def _template_name(args: argparse.Namespace) -> str:
 def _validated_runs(args: argparse.Namespace) -> int | None:
     """Check the job file and overrides (each sweep line's); the number of sweep runs."""
     if args.sweep is None:
-        load_config(args.job, args.set)
+        load_config(args.job, args.set, check_env=check_env_id)
         return None
     n_runs = len(sweep_lines(args.sweep))
     for task in range(n_runs):
@@ -216,8 +218,8 @@ def _main_call(args: argparse.Namespace) -> str:
 def render(args: argparse.Namespace) -> str:
     """The sbatch script for these options."""
     if not (TEMPLATES / "launch.sh").is_file():
-        raise DdrlError(f"batch script templates not found in {TEMPLATES} "
-                        "(install ddrl from its checkout: pip install -e .)")
+        raise DdrlError(f"batch script templates not found in {TEMPLATES}: the ddrl install "
+                        "is incomplete; reinstall it")
     n_runs = _validated_runs(args)
     template = (TEMPLATES / _template_name(args)).read_text()
     header = _header(template)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ddrl import checkpoint
 from ddrl.config import Config, load_config
+from ddrl.envs import check_env_id
 from ddrl.errors import DdrlError
 from ddrl.output import say
 
@@ -52,7 +53,7 @@ def _prepare_run_dir(run_dir: Path, resume: bool) -> Path | None:
 def run(args: argparse.Namespace) -> int:
     from ddrl.distributed.world import discover
 
-    cfg = load_config(args.job, args.set)
+    cfg = load_config(args.job, args.set, check_env=check_env_id)
 
     world = discover(need_mpi=False)
     run_dir = Path(args.out) if args.out else default_run_dir(args.job)
@@ -80,6 +81,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt_path: Path | None) -> int:
                          deterministic=cfg.node.mode == "a2c")
     import tensorflow as tf
 
+    from ddrl.distributed.ps import is_server
     from ddrl.distributed.sync import make_sync
     from ddrl.envs import env_spec
     from ddrl.evaluate import BackgroundEvaluator
@@ -91,6 +93,11 @@ def _train(cfg: Config, world, run_dir: Path, ckpt_path: Path | None) -> int:
 
     tf.keras.utils.set_random_seed(derive_seed(cfg.run.seed, 0, "init"))
     spec = env_spec(cfg)
+    if is_server(cfg, world):
+        from ddrl.distributed.ps_server import serve
+
+        # A parameter server holds a slice of the weights and runs no simulators.
+        return serve(cfg, world, *spec)
     sync = make_sync(cfg, world)
     learner = Learner(cfg, *spec, workers=sync.workers)
     counters = Counters()
@@ -100,12 +107,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt_path: Path | None) -> int:
         if world.is_root:
             learner.set_weights(ckpt.weights)
             learner.set_optimizer_state(ckpt.optimizer)
-    # Identical start: rank 0's weights and Adam state (fresh or resumed) on every rank.
-    learner.set_weights(sync.broadcast(learner.get_weights()))
-    learner.set_optimizer_state([sync.broadcast(a) for a in learner.get_optimizer_state()])
-    if sync.role == "server":
-        # A parameter server takes its slice of those and runs no simulators.
-        return sync.serve(learner)
+    learner.share_root_state(sync.broadcast)
     world = sync.world  # sync.mode = "ps": the worker ranks only
 
     log = evaluator = None

@@ -10,10 +10,16 @@ import h5py
 import numpy as np
 import pytest
 
+from ddrl.distributed.launch import mpirun_command
+
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ROOT / "jobs"
 DDRL = [sys.executable, "-m", "ddrl"]
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+
+
+def mpirun(ranks: int) -> list[str]:
+    # Unbound and oversubscribed: tests start more ranks than this machine has cores.
+    return mpirun_command(ranks, bind=False)
 
 
 def env_for_tests() -> dict[str, str]:
@@ -27,7 +33,7 @@ def env_for_tests() -> dict[str, str]:
 
 def ddrl(*args: str, timeout: float = 300, env: dict | None = None, ranks: int = 0
          ) -> subprocess.CompletedProcess:
-    cmd = ([*MPIRUN, "-n", str(ranks)] if ranks else []) + DDRL + [str(a) for a in args]
+    cmd = (mpirun(ranks) if ranks else []) + DDRL + [str(a) for a in args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env=env or env_for_tests())
 

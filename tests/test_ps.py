@@ -14,7 +14,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import DDRL, JOBS, MPIRUN, ROOT, ddrl, env_for_tests, table
+from conftest import DDRL, JOBS, ROOT, ddrl, env_for_tests, mpirun, table
 
 from ddrl import checkpoint
 from ddrl.distributed.ps import Layout, quorum
@@ -122,7 +122,7 @@ def test_async_logs_staleness_and_applies_every_gradient_once(run_dir):
 
 
 def launch(run_dir: Path, *args: str) -> subprocess.Popen:
-    cmd = [*MPIRUN, "-n", "4", *DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir,
+    cmd = [*mpirun(4), *DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir,
            "--set", "eval.episodes=0", "--set", "run.log_every=1", *args]
     return subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -58,7 +58,7 @@ def warmup_seconds(seconds: float) -> float:
 def measure_training(job: str, overrides: list[str], seconds: float, frames_per_step: int,
                      ranks: int = 1) -> NodeFigures:
     """Runs `ddrl train` for warm-up + `seconds` and reads its steady-state figures."""
-    from ddrl.cpus import mpirun_command
+    from ddrl.distributed.launch import mpirun_command
 
     warmup = warmup_seconds(seconds)
     with tempfile.TemporaryDirectory(prefix="ddrl-bench-") as tmp:
@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.seconds <= 0 or args.ranks < 1:
         raise DdrlError("--seconds must be > 0 and --ranks >= 1")
-    cfg = load_config(args.job, args.set)
+    cfg = load_config(args.job, args.set, check_env=check_env_id)
     check_env_id(cfg.env.id)
     threads = cores_per_rank(cfg.node.threads, args.ranks)
     configure_tensorflow(threads, deterministic=cfg.node.mode == "a2c")

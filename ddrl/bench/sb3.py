@@ -94,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     check_env_id(args.game)
     base = [f"env.id={args.game}", f"node.n_sim={N_ENVS}", "model.arch=nature",
             "sync.backend=none", *args.set]
-    configs = {m: load_config(None, [f"node.mode={m}", *MODES[m], *base]) for m in args.modes}
+    configs = {m: load_config(None, [f"node.mode={m}", *MODES[m], *base], check_env=check_env_id)
+               for m in args.modes}
     threads = cores_per_rank(next(iter(configs.values())).node.threads, 1)
     print(f"compare-sb3 {args.game}: {N_ENVS} simulators, Nature CNN, {N_ENVS * N_STEPS} data "
           f"points per update, {threads} CPU threads, {args.seconds:g} s measured per run "

@@ -47,7 +47,7 @@ def measure(job: str, overrides: list[str], workers: int, servers: int, seconds:
     import h5py
 
     from ddrl.bench.node import warmup_seconds
-    from ddrl.cpus import mpirun_command
+    from ddrl.distributed.launch import mpirun_command
 
     warmup = warmup_seconds(seconds)
     sets = ["sync.mode=ps", f"sync.ps={servers}", *overrides,
@@ -86,11 +86,12 @@ def first_error(output: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from ddrl.config import load_config
     from ddrl.distributed.ps import quorum
+    from ddrl.envs import check_env_id
 
     w, slow = args.workers, args.workers - 1
     if w < 2 or args.servers < 1 or args.seconds <= 0 or args.slow_factor <= 1:
         raise DdrlError("need --workers >= 2, --servers >= 1, --seconds > 0, --slow-factor > 1")
-    cfg = load_config(args.job, args.set)
+    cfg = load_config(args.job, args.set, check_env=check_env_id)
     k = quorum(args.aggregate, w)
     straggler = [f"debug.slow_ranks=[{slow}]", f"debug.slow_factor={args.slow_factor}"]
     print(f"[ddrl] stragglers: {cfg.env.id}, {w} workers + {args.servers} server(s), worker "

@@ -10,51 +10,64 @@ the order they apply in (async), and tells the other servers in one ordered cont
 So every slice goes through the same updates, a gradient is applied or dropped as a whole,
 and all slices a worker gets back belong to the same version of the weights.
 
-Messages: a worker sends each server a float64 META vector (kind, version, gradients sent,
-wants Adam state, then the side channel for server 0) and, for a gradient, its float32 slice
-as DATA. A server answers with a float64 REPLY vector (its STATUS, then for the asking worker
-the INTERVAL figures since that worker's previous reply) and its weight slice, plus the Adam
-moments when the worker asked for state.
+Messages (layouts below, by field name): a worker sends each server a float64 META (kind,
+version, gradients sent, wants Adam state, then the side channel for server 0) and, for a
+gradient, its float32 slice as DATA. A server answers with a float64 REPLY (its STATUS, then
+for the asking worker the interval figures since that worker's previous reply) and its weight
+slice, plus the Adam moments when the worker asked for state. Server 0 tells the others its
+decisions as int64 CONTROL messages.
 """
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ddrl.config import Config
+from ddrl.distributed.schema import Schema
 from ddrl.distributed.world import World
 from ddrl.errors import DdrlError
 from ddrl.output import say
-
-if TYPE_CHECKING:
-    from ddrl.distributed.ps_server import ParameterServer
-    from ddrl.distributed.ps_worker import PsSync
 
 # Message tags. Each (source, tag) pair is FIFO in MPI, so one tag per kind of payload keeps
 # a worker's META and DATA, and a server's REPLY and slices, matched in order.
 META, DATA, REPLY, WEIGHTS, MOMENT, VELOCITY, CONTROL = range(11, 18)
 # Worker -> server META kinds.
 GRAD, STATE, BYE = range(3)
-META_HEAD = ("kind", "version", "sent", "want_state")
 # Server 0 -> other servers, in order: which pending worker messages to resolve how.
 APPLY, DROP, SNAPSHOT, FINISH = range(4)
 # A server's cumulative figures, first in every reply; the `servers` log table's columns.
-STATUS = ("version", "iterations", "lost", "received", "applied", "dropped", "sent",
-          "staleness_sum", "bytes_in", "bytes_out", "t_busy", "t_apply")
-# Since the asking worker's previous reply: gradients applied and dropped (all workers), the
-# summed staleness of those applied; then per worker: reports and gradients applied; then the
-# side channel summed over every message in between.
-INTERVAL = ("contributors", "dropped", "staleness")
+STATUS = Schema("version", "iterations", "lost", "received", "applied", "dropped", "sent",
+                "staleness_sum", "bytes_in", "bytes_out", "t_busy", "t_apply")
 EXIT_ABORTED = 4
 
 
-def make_ps(cfg: Config, world: World) -> "PsSync | ParameterServer":
-    """Check the PS options against the world, then this rank's side: a worker's PsSync
-    or a ParameterServer. All ranks call it (splitting off the workers is collective)."""
+def meta_schema(extras: int) -> Schema:
+    return Schema("kind", "version", "sent", "want_state", ("extras", extras))
+
+
+def interval_schema(workers: int, extras: int) -> Schema:
+    """Since the asking worker's previous reply: gradients applied and dropped (all workers)
+    and the summed staleness of those applied; per worker, its reports and gradients applied;
+    the side channel summed over every message in between."""
+    return Schema("contributors", "dropped", "staleness", ("reports", workers),
+                  ("applied", workers), ("extras", extras))
+
+
+def control_schema(workers: int) -> Schema:
+    return Schema("op", "count", ("workers", workers), dtype=np.int64)
+
+
+def is_server(cfg: Config, world: World) -> bool:
+    return cfg.sync.mode == "ps" and world.rank >= world.size - cfg.sync.ps
+
+
+def split(cfg: Config, world: World):
+    """Check the PS options against the world, then give the workers a communicator of their
+    own, as if they were the whole job: (layout, this rank's part of the split). Every rank,
+    server or worker, calls it at the same point (the split is collective)."""
     s = cfg.sync
     if world.size <= s.ps:
         raise DdrlError(f"sync.mode = 'ps' with sync.ps = {s.ps} needs at least {s.ps + 1} ranks "
@@ -70,16 +83,7 @@ def make_ps(cfg: Config, world: World) -> "PsSync | ParameterServer":
         raise DdrlError("config key sync.aggregate: with sync.async = true every gradient is "
                         "applied on arrival; k-of-n is for synchronous updates")
     quorum(s.aggregate, layout.workers)
-    is_server = world.rank >= layout.workers
-    # The workers get a communicator of their own, as if they were the whole job.
-    own = world.comm.Split(int(is_server), world.rank)
-    if is_server:
-        from ddrl.distributed.ps_server import ParameterServer
-
-        return ParameterServer(cfg, world, layout)
-    from ddrl.distributed.ps_worker import PsSync
-
-    return PsSync(cfg, world, own, layout)
+    return layout, world.comm.Split(int(is_server(cfg, world)), world.rank)
 
 
 @dataclass(frozen=True)
@@ -100,8 +104,6 @@ class Layout:
         edges = np.linspace(0, num_params, self.servers + 1).round().astype(int)
         return [(int(lo), int(hi)) for lo, hi in zip(edges[:-1], edges[1:])]
 
-    def reply_size(self, extras: int) -> int:
-        return len(STATUS) + len(INTERVAL) + 2 * self.workers + extras
 
 
 def quorum(aggregate: float, workers: int) -> int:

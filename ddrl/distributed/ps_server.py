@@ -28,9 +28,7 @@ from ddrl.distributed.ps import (
     DROP,
     FINISH,
     GRAD,
-    INTERVAL,
     META,
-    META_HEAD,
     MOMENT,
     REPLY,
     SNAPSHOT,
@@ -42,9 +40,13 @@ from ddrl.distributed.ps import (
     Layout,
     abort,
     adam_slots,
+    control_schema,
     flat_moments,
+    interval_schema,
+    meta_schema,
     quorum,
     set_flat_moments,
+    split,
     wait_all,
 )
 from ddrl.distributed.sync import bcast
@@ -54,10 +56,16 @@ from ddrl.optim import make_adam
 from ddrl.output import quiet_first_call, say
 
 
-class ParameterServer:
-    name = "ps"
-    role = "server"
+def serve(cfg: Config, world: World, obs_shape: tuple[int, ...], obs_dtype, num_actions: int) -> int:
+    """A server rank's whole run, from the split that sets the workers apart (in step with
+    their PsSync) to the end of the job; its exit code."""
+    layout, _ = split(cfg, world)
+    learner = Learner(cfg, obs_shape, obs_dtype, num_actions, workers=layout.workers)
+    learner.share_root_state(lambda a: bcast(world.comm, a))
+    return ParameterServer(cfg, world, layout).serve(learner)
 
+
+class ParameterServer:
     def __init__(self, cfg: Config, world: World, layout: Layout):
         self.world = world
         self.workers = layout.workers
@@ -65,27 +73,20 @@ class ParameterServer:
         self._cfg, self._layout, self._comm = cfg, layout, world.comm
         self._k = quorum(cfg.sync.aggregate, layout.workers)
         self._timeout = cfg.sync.timeout
-        self.status = dict.fromkeys(STATUS, 0.0)
+        self.status = dict.fromkeys(STATUS.names, 0.0)
         self._sends: list = []
         # Per worker: its gradient buffer, its message awaiting a decision, its last `sent`.
         self._data: dict[int, np.ndarray] = {}
-        self._inbox: dict[int, np.ndarray] = {}
+        self._inbox: dict[int, dict] = {}
         self._sent = np.zeros(layout.workers)
         # Since when each worker could have sent something: its last message or our last reply.
         self._free_since = np.full(layout.workers, time.monotonic())
-        # Running INTERVAL totals, reports and gradients applied per worker, then the side
-        # channel; a reply sends the difference to the row of `_marks` kept for that worker at
-        # its previous reply.
-        self._reports_at = len(INTERVAL)
-        self._applied_at = len(INTERVAL) + layout.workers
-        self._totals = np.zeros(len(INTERVAL) + 2 * layout.workers)
+        # Running totals of the interval figures; a reply sends the difference to the row of
+        # `_marks` kept for that worker at its previous reply.
+        self._interval = interval_schema(layout.workers, 0)
+        self._totals = self._interval.empty()
         self._marks = np.zeros((layout.workers, self._totals.size))
-
-    def broadcast(self, array: np.ndarray) -> np.ndarray:
-        return bcast(self._comm, array)
-
-    def close(self) -> None:
-        pass
+        self._control = control_schema(layout.workers)
 
     def serve(self, learner: Learner) -> int:
         """Hold rank 0's weights and Adam state for this slice (as broadcast into `learner`)
@@ -141,19 +142,19 @@ class ParameterServer:
                     lost.discard(w)
                     live.add(w)
                     say(f"[ddrl] parameter server 0: worker rank {w} is back")
-                kind = int(meta[0])
+                kind = int(meta["kind"])
                 if kind == GRAD:
                     self._inbox[w] = meta
                     if self._cfg.sync.async_:
                         self._decide(APPLY, [w])
-                    elif meta[1] == self.status["version"]:
+                    elif meta["version"] == self.status["version"]:
                         pending.append(w)
                     else:
                         self._decide(DROP, [w])
                 elif kind == STATE:
                     self._decide(SNAPSHOT, [w])
                 else:
-                    byes[w] = bool(meta[3])
+                    byes[w] = bool(meta["want_state"])
                     live.discard(w)
                 self.status["t_busy"] += time.perf_counter() - start
             # The quorum shrinks with the workers still there, so leaving never blocks an update.
@@ -186,7 +187,8 @@ class ParameterServer:
     def _follow(self) -> None:
         from mpi4py import MPI
 
-        control = np.empty(2 + self.workers, np.int64)
+        ctl = self._control
+        control = ctl.empty()
         request = self._comm.Irecv(control, self._layout.server_rank(0), CONTROL)
         decisions: deque[tuple[int, list[int]]] = deque()
         byes: dict[int, bool] = {}
@@ -198,15 +200,15 @@ class ParameterServer:
             busy = False
             if self._comm.Iprobe(MPI.ANY_SOURCE, META, probe):
                 w, meta = self._receive(probe)
-                if int(meta[0]) == GRAD:
+                if int(meta["kind"]) == GRAD:
                     self._inbox[w] = meta
                 else:
-                    byes[w] = bool(meta[3])
+                    byes[w] = bool(meta["want_state"])
                 busy = True
             if request.Test():
-                n = int(control[1])
-                decisions.append((int(control[0]), control[2:2 + n].tolist()))
-                self.status["bytes_in"] += 8 * (2 + n)
+                n = int(ctl.get(control, "count"))
+                decisions.append((int(ctl.get(control, "op")), ctl.get(control, "workers")[:n].tolist()))
+                self.status["bytes_in"] += control.nbytes
                 request = self._comm.Irecv(control, self._layout.server_rank(0), CONTROL)
                 busy = True
             while decisions and self._ready(*decisions[0], byes):
@@ -239,7 +241,7 @@ class ParameterServer:
     def _decide(self, op: int, workers: list[int], byes: dict[int, bool] | None = None) -> None:
         """Server 0: tell the other servers first (they may be waiting), then do it here."""
         if self._layout.servers > 1:
-            msg = np.array([op, len(workers), *workers], np.int64)
+            msg = self._control.pack(op=op, count=len(workers), workers=workers)
             for s in range(1, self._layout.servers):
                 self._sends.append(self._comm.Isend(msg, self._layout.server_rank(s), CONTROL))
                 self.status["bytes_out"] += msg.nbytes
@@ -251,7 +253,7 @@ class ParameterServer:
         elif op == DROP:
             self._inbox.pop(workers[0])
             self.status["dropped"] += 1
-            self._totals[INTERVAL.index("dropped")] += 1
+            self._interval.add(self._totals, "dropped", 1)
         for w in workers:
             if op == SNAPSHOT:
                 self._reply(w, state=True, interval=False)
@@ -268,27 +270,28 @@ class ParameterServer:
             grad /= len(workers)
         self._step(grad)
         self._weights = self._var.numpy()
-        staleness = sum(self.status["version"] - self._inbox.pop(w)[1] for w in workers)
+        staleness = sum(self.status["version"] - self._inbox.pop(w)["version"] for w in workers)
         self.status["version"] += 1
         self.status["applied"] += len(workers)
         self.status["staleness_sum"] += staleness
-        self._totals[INTERVAL.index("contributors")] += len(workers)
-        self._totals[INTERVAL.index("staleness")] += staleness
-        self._totals[self._applied_at + np.array(workers)] += 1
+        self._interval.add(self._totals, "contributors", len(workers))
+        self._interval.add(self._totals, "staleness", staleness)
+        self._interval.get(self._totals, "applied")[workers] += 1
         self.status["t_apply"] += time.perf_counter() - start
 
-    def _receive(self, probe) -> tuple[int, np.ndarray]:
+    def _receive(self, probe) -> tuple[int, dict]:
         """The META a probe found, and for a gradient its DATA, which the worker sent with it."""
         from mpi4py import MPI
 
         w = probe.Get_source()
         self._free_since[w] = time.monotonic()
-        meta = np.empty(probe.Get_count(MPI.DOUBLE))
-        self._comm.Recv(meta, w, META)
-        self.status["bytes_in"] += meta.nbytes
-        self._sent[w] = meta[2]
+        buf = np.empty(probe.Get_count(MPI.DOUBLE))
+        self._comm.Recv(buf, w, META)
+        self.status["bytes_in"] += buf.nbytes
+        meta = meta_schema(buf.size - meta_schema(0).size).unpack(buf)
+        self._sent[w] = meta["sent"]
         self.status["sent"] = self._sent.sum()
-        if int(meta[0]) == GRAD:
+        if int(meta["kind"]) == GRAD:
             if w not in self._data:
                 self._data[w] = np.empty(self._weights.size, np.float32)
             data = self._data[w]
@@ -297,23 +300,25 @@ class ParameterServer:
                                   f"gradient's header but not its data within {self._timeout:g} s")
             self.status["bytes_in"] += data.nbytes
             self.status["received"] += 1
-            self._totals[self._reports_at + w] += 1
-        self._add_extras(meta[len(META_HEAD):])
+            self._interval.get(self._totals, "reports")[w] += 1
+        self._add_extras(meta["extras"])
         return w, meta
 
     def _add_extras(self, extras: np.ndarray) -> None:
         if not extras.size:
             return
-        grow = len(INTERVAL) + 2 * self.workers + extras.size - self._totals.size
-        if grow:  # the first side channel sets its size
+        if self._interval.get(self._totals, "extras").size != extras.size:
+            # The first side channel sets its size (the trainer's never changes).
+            self._interval = interval_schema(self.workers, extras.size)
+            grow = self._interval.size - self._totals.size
             self._totals = np.pad(self._totals, (0, grow))
             self._marks = np.pad(self._marks, ((0, 0), (0, grow)))
-        self._totals[-extras.size:] += extras
+        self._interval.add(self._totals, "extras", extras)
 
     def _reply(self, w: int, state: bool = False, interval: bool = True) -> None:
         """Status (+ the interval figures) and the weight slice (+ the Adam moments)."""
         self.status["iterations"] = float(self._opt.iterations.numpy())
-        meta = np.array([self.status[k] for k in STATUS])
+        meta = STATUS.pack(**self.status)
         if interval:
             meta = np.concatenate([meta, self._totals - self._marks[w]])
             self._marks[w] = self._totals

@@ -13,7 +13,6 @@ from ddrl.distributed.ps import (
     BYE,
     DATA,
     GRAD,
-    INTERVAL,
     META,
     MOMENT,
     REPLY,
@@ -21,9 +20,11 @@ from ddrl.distributed.ps import (
     STATUS,
     VELOCITY,
     WEIGHTS,
-    Layout,
     abort,
+    interval_schema,
+    meta_schema,
     set_flat_moments,
+    split,
     wait_all,
 )
 from ddrl.distributed.sync import LocalSync, SyncResult, bcast
@@ -51,7 +52,8 @@ class WorkerWorld(World):
 class PsSync(LocalSync):
     name = "ps"
 
-    def __init__(self, cfg: Config, world: World, own_comm, layout: Layout):
+    def __init__(self, cfg: Config, world: World):
+        layout, own_comm = split(cfg, world)
         super().__init__(WorkerWorld(world.rank, layout.workers, world.local_rank,
                                      world.local_size, world.nodes, own_comm, world.comm))
         self._job = world
@@ -62,7 +64,7 @@ class PsSync(LocalSync):
         self._deadline = 2 * cfg.sync.timeout + 10
         self._version = 0
         self._sent = 0
-        self._extras = 0
+        self._extras = 0  # the side channel's size, fixed by the trainer's first update
         self._weights: np.ndarray | None = None
         self._finished = False
 
@@ -86,7 +88,7 @@ class PsSync(LocalSync):
         replies = self._exchange(learner, BYE, state=self.world.is_root)
         self._finished = True
         res = self._result(replies, time.perf_counter() - start)
-        self.world.lost = int(res.servers[0]["lost"])
+        self.world.lost = int(res.rows["servers"][0]["lost"])
         return res
 
     def close(self) -> None:
@@ -105,7 +107,8 @@ class PsSync(LocalSync):
         if self._weights is None:
             self._weights = np.empty(learner.num_params, np.float32)
         moments = [np.empty_like(self._weights) for _ in range(2)] if state else []
-        replies = [np.empty(layout.reply_size(self._extras)) for _ in bounds]
+        replies = [np.empty(STATUS.size + interval_schema(layout.workers, self._extras).size)
+                   for _ in bounds]
         requests = []
         # Receives first, so the replies land in place rather than in MPI's unexpected queue.
         for s, (lo, hi) in enumerate(bounds):
@@ -113,37 +116,35 @@ class PsSync(LocalSync):
             requests.append(comm.Irecv(replies[s], src, REPLY))
             for buf, tag in zip([self._weights, *moments], (WEIGHTS, MOMENT, VELOCITY)):
                 requests.append(comm.Irecv(buf[lo:hi], src, tag))
-        side = extras if extras is not None else np.zeros(self._extras)
         for s, (lo, hi) in enumerate(bounds):
             if kind == STATE and s > 0:
                 continue  # server 0 orders the snapshot on the others
             dest = layout.server_rank(s)
-            head = [kind, self._version, self._sent, float(state)]
-            requests.append(comm.Isend(np.concatenate([head, side if s == 0 else []]), dest, META))
+            # Only server 0 sums the side channel; the others get the head alone.
+            side = extras if s == 0 and extras is not None else np.zeros(self._extras if s == 0 else 0)
+            meta = meta_schema(side.size).pack(kind=kind, version=self._version, sent=self._sent,
+                                               want_state=float(state), extras=side)
+            requests.append(comm.Isend(meta, dest, META))
             if grad is not None:
                 requests.append(comm.Isend(grad[lo:hi], dest, DATA))
         if not wait_all(requests, self._deadline):
             raise DdrlError(f"no answer from the parameter servers within {self._deadline:.0f} s "
                             "(2 x sync.timeout + 10 s): a server rank died or hangs")
-        versions = {int(r[0]) for r in replies}
+        versions = {int(STATUS.get(r, "version")) for r in replies}
         if len(versions) != 1:
             raise RuntimeError(f"parameter servers answered with versions {sorted(versions)}")
         self._version = versions.pop()
         learner.set_weights(self._weights)
         if state:
-            set_flat_moments(learner.optimizer, int(replies[0][STATUS.index("iterations")]),
+            set_flat_moments(learner.optimizer, int(STATUS.get(replies[0], "iterations")),
                              *moments)
         return replies
 
     def _result(self, replies: list[np.ndarray], seconds: float) -> SyncResult:
-        w = self._layout.workers
-        part = replies[0][len(STATUS):]
-        contributors, dropped, staleness = (int(x) for x in part[:len(INTERVAL)])
-        per_worker = part[len(INTERVAL):len(INTERVAL) + 2 * w].astype(np.int64)
-        extras = part[len(INTERVAL) + 2 * w:len(INTERVAL) + 2 * w + self._extras]
+        part = interval_schema(self._layout.workers, self._extras).unpack(replies[0][STATUS.size:])
+        contributors = int(part["contributors"])
         return SyncResult(
-            extras.astype(np.float32), contributors, seconds, dropped,
-            staleness / contributors if contributors else 0.0,
-            applied=per_worker[w:], messages=per_worker[:w],
-            servers=[{"server": s, **dict(zip(STATUS, r[:len(STATUS)].tolist()))}
-                     for s, r in enumerate(replies)])
+            part["extras"].astype(np.float32), contributors, seconds, int(part["dropped"]),
+            part["staleness"] / contributors if contributors else 0.0,
+            reports=part["reports"].astype(np.int64), applied=part["applied"].astype(np.int64),
+            rows={"servers": [{"server": s, **STATUS.unpack(r)} for s, r in enumerate(replies)]})

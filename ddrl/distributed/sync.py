@@ -3,12 +3,14 @@
 All backends share one step: (flat gradient, side channel) -> update applied. The side
 channel is a small float vector summed across ranks in the same collective (frames done,
 stop requests, per-rank timings), so control decisions cost no extra round trip.
-Parameter-server mode (ddrl/distributed/ps*.py) keeps the same interface on its worker ranks.
+`Sync` is all the trainer knows of a backend; parameter-server mode (ddrl/distributed/ps*.py)
+implements it on its worker ranks, and its server ranks run their own loop instead.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -22,17 +24,42 @@ from ddrl.node.learner import Learner
 class SyncResult:
     """`extras` sums the side channel of every rank's step since this rank's previous one.
     `contributors`, `dropped` and the mean `staleness` count the gradients applied and
-    dropped in that interval. The optional fields come from parameter servers: per worker,
-    the steps it reported and its gradients applied in the interval (`messages`, `applied`;
-    None means one each), and each server's cumulative figures (`servers`, ps.STATUS)."""
+    dropped in that interval. Per trainer rank, `reports` counts the steps summed into its
+    part of `extras` and `applied` its gradients applied (None: one each, as in an
+    all-reduce). `rows` is the backend's own telemetry for the run log: table -> rows."""
     extras: np.ndarray
     contributors: int
     seconds: float
     dropped: int = 0
     staleness: float = 0.0
+    reports: np.ndarray | None = None
     applied: np.ndarray | None = None
-    messages: np.ndarray | None = None
-    servers: list[dict[str, float]] = field(default_factory=list)
+    rows: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+
+
+class Sync(Protocol):
+    """What the trainer loop needs of a backend, whichever it is."""
+
+    name: str
+    # The ranks that run the trainer loop, as one world of their own.
+    world: World
+
+    @property
+    def workers(self) -> int: ...
+
+    def broadcast(self, array: np.ndarray) -> np.ndarray:
+        """Rank 0's array on every rank of the job."""
+
+    def update(self, learner: Learner, grad: np.ndarray, extras: np.ndarray) -> SyncResult:
+        """Send this rank's gradient and side channel; the learner ends on the new weights."""
+
+    def pull_state(self, learner: Learner) -> None:
+        """Make the learner's weights and Adam state the current ones, before a checkpoint."""
+
+    def finish(self, learner: Learner) -> SyncResult | None:
+        """The last exchange, once this rank has left the update loop."""
+
+    def close(self) -> None: ...
 
 
 def bcast(comm, array: np.ndarray) -> np.ndarray:
@@ -45,11 +72,8 @@ class LocalSync:
     """One rank: the gradient is the update."""
 
     name = "none"
-    # Parameter-server ranks have role "server" and run ParameterServer.serve instead.
-    role = "worker"
 
     def __init__(self, world: World):
-        # The ranks that run the trainer loop (in PS mode, the workers only).
         self.world = world
 
     @property
@@ -64,12 +88,9 @@ class LocalSync:
         return SyncResult(extras, 1, 0.0)
 
     def pull_state(self, learner: Learner) -> None:
-        """Make the learner's weights and Adam state the current ones before a checkpoint
-        (they live on the parameter servers in PS mode)."""
+        pass
 
     def finish(self, learner: Learner) -> SyncResult | None:
-        """The last exchange, once this rank has left the update loop: PS workers all end
-        with the servers' final weights (and the chief with their Adam state)."""
         return None
 
     def close(self) -> None:
@@ -132,14 +153,13 @@ class HorovodSync(MpiAllreduceSync):
         self._hvd.shutdown()
 
 
-def make_sync(cfg: Config, world: World):
-    """This rank's side of the synchronisation: a LocalSync (trainer ranks) or, on the last
-    sync.ps ranks in PS mode, a ParameterServer."""
+def make_sync(cfg: Config, world: World) -> Sync:
+    """The backend of a rank that runs the trainer loop (in PS mode, a worker rank)."""
     backend = cfg.sync.backend
     if cfg.sync.mode == "ps":
-        from ddrl.distributed.ps import make_ps
+        from ddrl.distributed.ps_worker import PsSync
 
-        return make_ps(cfg, world)
+        return PsSync(cfg, world)
     if cfg.sync.aggregate != 1 or cfg.sync.async_:
         # A collective completes only when every rank has joined it and cannot be cancelled,
         # so neither leaving out late ranks nor applying early ones fits an all-reduce.

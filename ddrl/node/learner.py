@@ -102,6 +102,12 @@ class Learner:
         for v, part in zip(self.variables, np.split(flat, np.cumsum(self.sizes)[:-1])):
             v.assign(part.reshape(v.shape))
 
+    def share_root_state(self, broadcast) -> None:
+        """Rank 0's weights and Adam state (fresh or resumed) on every rank that calls this
+        with the job's broadcast."""
+        self.set_weights(broadcast(self.get_weights()))
+        self.set_optimizer_state([broadcast(a) for a in self.get_optimizer_state()])
+
     def get_optimizer_state(self) -> list[np.ndarray]:
         return [v.numpy() for v in self.optimizer.variables]
 

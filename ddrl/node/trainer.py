@@ -1,10 +1,8 @@
 """The update loop every rank runs: batch -> gradients -> sync -> update, with rank 0 also
 logging, evaluating and checkpointing.
 
-Control decisions travel in the gradient collective's side channel, so all ranks stop after
-the same update for the same reason: slot 0 counts ranks that received a stop signal, slot 1
-is rank 0's stop code (target reached, time up), slot 2 sums the frames each rank simulated,
-then one block of per-rank figures per rank.
+Control decisions travel in the gradient collective's side channel (`side_channel`), so all
+ranks stop after the same update for the same reason.
 """
 from __future__ import annotations
 
@@ -17,7 +15,8 @@ import numpy as np
 
 from ddrl import checkpoint
 from ddrl.config import Config
-from ddrl.distributed.sync import LocalSync
+from ddrl.distributed.schema import Schema
+from ddrl.distributed.sync import Sync
 from ddrl.distributed.world import World
 from ddrl.evaluate import BackgroundEvaluator, evaluate
 from ddrl.log import RunLog
@@ -29,8 +28,15 @@ from ddrl.seeding import derive_seed
 
 RANK_FIELDS = ("frames", "dp_per_s", "t_compute", "t_sync", "t_sim", "t_predict")
 ROOT_STOPS = ("", "target", "time")
-HEADER = 3
 EXIT_SIGNALLED = 3
+
+
+def side_channel(ranks: int) -> Schema:
+    """Summed over the ranks with the gradient: how many ranks received a stop signal, rank
+    0's stop code (an index into ROOT_STOPS), the frames simulated, and each rank's figures
+    (RANK_FIELDS) in a block of its own."""
+    return Schema("signalled", "stop", "frames", ("ranks", len(RANK_FIELDS) * ranks),
+                  dtype=np.float32)
 
 
 @dataclass
@@ -42,7 +48,7 @@ class Counters:
 
 
 class Trainer:
-    def __init__(self, cfg: Config, world: World, learner: Learner, node: Node, sync: LocalSync,
+    def __init__(self, cfg: Config, world: World, learner: Learner, node: Node, sync: Sync,
                  run_dir: Path, counters: Counters, log: RunLog | None,
                  evaluator: BackgroundEvaluator | None):
         self.cfg, self.world, self.learner, self.node, self.sync = cfg, world, learner, node, sync
@@ -54,14 +60,14 @@ class Trainer:
         self._slow = world.rank in cfg.debug.slow_ranks and cfg.debug.slow_factor > 1
         self._target_reached = False
         self._best = checkpoint.best_score(run_dir / "checkpoints") if world.is_root else None
+        self._side = side_channel(world.size)
 
     def _extras(self, signalled: bool, frames: int, figures: list[float]) -> np.ndarray:
-        extras = np.zeros(HEADER + len(RANK_FIELDS) * self.world.size, np.float32)
-        extras[0], extras[2] = float(signalled), frames
+        extras = self._side.pack(signalled=float(signalled), frames=frames)
         if self.world.is_root:
-            extras[1] = ROOT_STOPS.index(self._root_stop())
-        start = HEADER + len(RANK_FIELDS) * self.world.rank
-        extras[start:start + len(RANK_FIELDS)] = figures
+            self._side.set(extras, "stop", ROOT_STOPS.index(self._root_stop()))
+        start = len(RANK_FIELDS) * self.world.rank
+        self._side.get(extras, "ranks")[start:start + len(RANK_FIELDS)] = figures
         return extras
 
     def _root_stop(self) -> str:
@@ -103,7 +109,8 @@ class Trainer:
                 last_sync = res.seconds
                 c.update += 1
                 self.node.update = c.update
-                c.frames += int(round(res.extras[2]))
+                side = self._side.unpack(res.extras)
+                c.frames += int(round(side["frames"]))
                 self.learner.schedule(c.frames / cfg.run.max_frames)
                 c.wall_time = time.perf_counter() - t_origin
                 window["updates"] += 1
@@ -112,15 +119,15 @@ class Trainer:
                 window["t_train"] += t_train
                 if self.world.is_root:
                     self._root_bookkeeping(batch, stats, res, window,
-                                           res.extras[HEADER:].reshape(self.world.size, fields),
+                                           side["ranks"].reshape(self.world.size, fields),
                                            sim, pred)
                     if time.monotonic() - last_ckpt >= cfg.run.checkpoint_minutes * 60:
                         self._checkpoint()
                         last_ckpt = time.monotonic()
-                if res.extras[0] > 0:
+                if side["signalled"] > 0:
                     reason = "signal"
-                elif res.extras[1] > 0:
-                    reason = ROOT_STOPS[int(round(res.extras[1]))]
+                elif side["stop"] > 0:
+                    reason = ROOT_STOPS[int(round(side["stop"]))]
                 elif c.frames >= cfg.run.max_frames:
                     reason = "frames"
                 else:
@@ -146,14 +153,14 @@ class Trainer:
                 "dropped": res.dropped, "staleness": res.staleness,
                 "t_sim": sim, "t_predict": pred, "t_train": window["t_train"] / n,
                 "t_sync": window["t_sync"] / n, "restart": c.restarts})
-            # Parameter servers sum a rank's reports since rank 0's previous update: per report.
-            reports = np.ones(len(ranks)) if res.messages is None else np.maximum(res.messages, 1)
+            # A rank's figures may sum several of its steps since rank 0's previous update.
+            reports = np.ones(len(ranks)) if res.reports is None else np.maximum(res.reports, 1)
             contributed = np.ones(len(ranks), int) if res.applied is None else res.applied
             for r, row in enumerate(ranks):
                 log.append("ranks", {"update": c.update, "wall_time": c.wall_time, "rank": r,
                                      **dict(zip(RANK_FIELDS, row / reports[r])),
                                      "contributed": contributed[r]})
-            self._log_servers(res)
+            self._log_rows(res)
             window.update(updates=0, dp=0, t_sync=0.0, t_train=0.0, start=c.wall_time)
         self._poll_eval(wait=False)
         if (self.evaluator is not None and cfg.eval.episodes and c.update % cfg.eval.every == 0
@@ -182,9 +189,11 @@ class Trainer:
         if target is not None and res.mean >= target:
             self._target_reached = True
 
-    def _log_servers(self, res) -> None:
-        for row in res.servers:
-            self.log.append("servers", {"update": self.c.update, "wall_time": self.c.wall_time,
+    def _log_rows(self, res) -> None:
+        """The sync backend's own telemetry, stamped with this update."""
+        for table, rows in res.rows.items():
+            for row in rows:
+                self.log.append(table, {"update": self.c.update, "wall_time": self.c.wall_time,
                                         **row})
 
     def _checkpoint(self) -> Path:
@@ -197,10 +206,10 @@ class Trainer:
             self.learner.get_optimizer_state()), self.cfg.run.keep_checkpoints)
 
     def _finish(self, reason: str) -> int:
-        # First: parameter servers wait for every worker's goodbye, and only sync.timeout long.
+        # First: a backend may wait for the other ranks' last exchange (at most sync.timeout).
         final = self.sync.finish(self.learner)
         if final is not None and self.world.is_root:
-            self._log_servers(final)
+            self._log_rows(final)
         self.node.close()
         code = EXIT_SIGNALLED if reason == "signal" else 0
         # One line per rank, so anyone can check that all ranks ended with the same weights.

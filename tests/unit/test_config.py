@@ -1,6 +1,8 @@
 """Config loading, coercion and validation, in-process."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,3 +43,20 @@ def test_bad_values_name_the_key(override, message):
 def test_ps_mode_refuses_a_learning_rate_schedule():
     with pytest.raises(DdrlError, match="optim.lr_schedule"):
         load_config(JOBS / "pong-ppo.toml", ["sync.mode=ps", "sync.ps=1"])
+
+
+def test_config_knows_no_simulators_and_runs_the_game_check_it_is_given():
+    # A fresh interpreter: this test process may have imported the simulators already.
+    code = ("import sys; from ddrl.config import load_config; "
+            "load_config(None, ['env.id=ALE/NoSuchGame-v5', 'model.arch=nature']); "
+            "print(sorted(m for m in sys.modules if m.startswith(('ddrl.envs', 'ale_py', 'gymnasium'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", (out.stdout, out.stderr)
+    seen = []
+    with pytest.raises(DdrlError, match="NoSuchGame"):
+        def check(env_id):
+            seen.append(env_id)
+            raise DdrlError(f"config key env.id: unknown environment {env_id!r}")
+        # The game is vetted before the other checks, which depend on the kind of game.
+        load_config(None, ["env.id=ALE/NoSuchGame-v5", "model.arch=mlp"], check_env=check)
+    assert seen == ["ALE/NoSuchGame-v5"]
