@@ -9,6 +9,8 @@ import json
 import os
 import signal
 import threading
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,8 +84,22 @@ def load(path: Path) -> Checkpoint:
                               data["weights"],
                               [data[f"opt{i}"] for i in range(meta["optimizer_arrays"])],
                               meta.get("score"))
-    except (OSError, ValueError, KeyError) as exc:
-        raise DdrlError(f"checkpoint {path} is unreadable ({exc})") from None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        raise DdrlError(f"checkpoint {path} is damaged or not a ddrl checkpoint ({exc})") from None
+
+
+def latest_intact(directory: Path) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint that loads, and one line per newer one that did not (a disk that
+    filled up or a copy cut short can damage a file after its atomic rename)."""
+    damaged = []
+    for path in sorted(directory.glob(f"{PREFIX}*.npz"), reverse=True) if directory.is_dir() else []:
+        try:
+            load(path)
+        except DdrlError as exc:
+            damaged.append(str(exc))
+            continue
+        return path, damaged
+    return None, damaged
 
 
 class StopSignals:

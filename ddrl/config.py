@@ -175,10 +175,11 @@ _RANGES = {
     "env.noop_max": (0, None, True), "env.max_episode_frames": (1, None, True),
     "env.size": (36, None, True),
     "env.decorrelate": (0, None, True), "env.env_threads": (0, None, True),
-    "run.max_frames": (1, None, True), "run.max_minutes": (0.0, None, True),
+    # A trillion frames is years of simulation: beyond it, a typo.
+    "run.max_frames": (1, 10**12, True), "run.max_minutes": (0.0, None, True),
     "run.checkpoint_minutes": (0.0, None, False), "run.keep_checkpoints": (1, None, True),
     "run.log_every": (1, None, True), "run.progress_seconds": (0.0, None, False),
-    "node.n_sim": (1, None, True), "node.batch_size": (1, None, True),
+    "node.n_sim": (1, 4096, True), "node.batch_size": (1, None, True),
     "node.t_max": (1, None, True), "node.gamma": (0.0, 1.0, True),
     "node.predictors": (1, None, True), "node.predict_batch": (0, None, True),
     "node.queue_size": (0, None, True), "node.threads": (0, None, True),
@@ -214,8 +215,10 @@ def _coerce(key: str, value: Any, typ: Any) -> Any:
     elif typ is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
+        if isinstance(value, float):
+            # 1e99 is a float that happens to be whole: a count must be written as one.
+            raise DdrlError(f"config key {key}: expected an integer, got the float {value!r} "
+                            "(write counts without a point or exponent, e.g. 10_000_000)")
     elif typ is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
@@ -273,6 +276,13 @@ def validate(cfg: Config) -> None:
             raise DdrlError(f"config key {key}: {v} is out of range (must be {bound} {low})")
         if high is not None and v > high:
             raise DdrlError(f"config key {key}: {v} is out of range (must be <= {high})")
+    rollout = cfg.node.n_sim * cfg.node.t_max * cfg.env.frame_skip
+    if cfg.node.mode == "a2c" and rollout > cfg.run.max_frames:
+        raise DdrlError(f"config key run.max_frames: {cfg.run.max_frames:,} is less than one rollout "
+                        f"of one rank (node.n_sim x node.t_max x env.frame_skip = {rollout:,} frames)")
+    if cfg.eval.target is not None and cfg.eval.episodes == 0:
+        raise DdrlError(f"config key eval.target: {cfg.eval.target:g} can never be reached with "
+                        "eval.episodes = 0 (no evaluations): also set eval.target = none")
     if cfg.node.mode == "ba3c" and cfg.node.n_sim < cfg.node.predictors:
         raise DdrlError("config key node.predictors: more predictor threads than simulators (node.n_sim)")
     if cfg.algo.name == "ppo" and cfg.node.mode != "a2c":

@@ -8,6 +8,7 @@ the checkpoint and swaps it in atomically, which also drops rows the resumed run
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,9 @@ from typing import Any
 import h5py
 import numpy as np
 
-FORMAT_VERSION = 2
+from ddrl.errors import DdrlError
+
+FORMAT_VERSION = 3
 
 TABLES: dict[str, list[tuple[str, str]]] = {
     "train": [
@@ -23,7 +26,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("policy_loss", "f4"), ("value_loss", "f4"), ("entropy", "f4"), ("grad_norm", "f4"),
         ("approx_kl", "f4"), ("clip_frac", "f4"),
         ("lr", "f4"), ("dp_per_s", "f4"), ("contributors", "i4"), ("effective_batch", "i4"),
-        ("policy_lag", "f4"), ("dropped", "i4"), ("staleness", "f4"),
+        ("policy_lag", "f4"), ("dropped", "i4"), ("staleness", "f4"), ("nonfinite", "i4"),
         ("t_sim", "f4"), ("t_predict", "f4"), ("t_train", "f4"), ("t_sync", "f4"),
         ("restart", "i4"),
     ],
@@ -54,6 +57,15 @@ _RESUME_KEY = {"train": "update", "episodes": "frames", "eval": "update", "ranks
 
 def table_dtype(name: str) -> np.dtype:
     return np.dtype(TABLES[name])
+
+
+def _by_name(rows: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Rows in this version's columns, matched by name: a log of an older format resumes
+    with its new columns zero (numpy would match compound fields by position)."""
+    out = np.zeros(len(rows), dtype)
+    for name in set(rows.dtype.names) & set(dtype.names):
+        out[name] = rows[name]
+    return out
 
 
 def _create_tables(f: h5py.File) -> None:
@@ -87,7 +99,7 @@ class RunLog:
                attrs: dict[str, Any], flush_seconds: float = 2.0) -> "RunLog":
         """Rebuild the log keeping rows up to the checkpoint (update, frames), then reopen it."""
         tmp = path.with_suffix(".h5.tmp")
-        with h5py.File(path, "r", swmr=True) as old, h5py.File(tmp, "w", libver="latest") as new:
+        with open_log(path) as old, h5py.File(tmp, "w", libver="latest") as new:
             _create_tables(new)
             for k, v in old.attrs.items():
                 new.attrs[k] = v
@@ -98,7 +110,7 @@ class RunLog:
                 limit = frames if _RESUME_KEY[name] == "frames" else update
                 rows = rows[rows[_RESUME_KEY[name]] <= limit]
                 new[name].resize((len(rows),))
-                new[name][:] = rows.astype(table_dtype(name))
+                new[name][:] = _by_name(rows, table_dtype(name))
             new.attrs["restarts"] = restarts
             for k, v in attrs.items():
                 new.attrs[k] = v
@@ -130,7 +142,22 @@ class RunLog:
 
 
 def open_log(path: str | Path) -> h5py.File:
-    """Open a run log for reading, also while it is written or after its writer was killed."""
+    """Open a run log for reading, also while it is written or after its writer was killed.
+    A SWMR open of a file cut short does not fail: it hangs in HDF5's metadata retries or
+    reads the missing chunks as zeros. A plain open checks the file's length against the
+    end its superblock records, so it goes first; it is refused only for a file still
+    flagged as open by a writer (a live run or a killed one), which SWMR then reads."""
+    try:
+        with h5py.File(path, "r"):
+            pass
+    except OSError as exc:
+        text = str(exc)
+        if "truncated file" in text:
+            found = re.search(r"eof = (\d+).*stored_eof = (\d+)", text)
+            size = f": {int(found[1]):,} of {int(found[2]):,} bytes" if found else ""
+            raise DdrlError(f"{path}: the log is damaged, cut short{size}") from None
+        if "already open for write" not in text:
+            raise DdrlError(f"{path}: not a readable HDF5 log ({text.splitlines()[0]})") from None
     return h5py.File(path, "r", swmr=True)
 
 

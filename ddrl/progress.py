@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from ddrl.output import say
 
@@ -12,17 +13,22 @@ def _hms(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, every_seconds: float, max_frames: int, max_minutes: float):
+    """The rate is measured over the frames of this process only: a resumed run starts from
+    its checkpoint's frame count, not from 0."""
+
+    def __init__(self, every_seconds: float, max_frames: int, max_minutes: float,
+                 start_frames: int = 0, clock: Callable[[], float] = time.monotonic):
         self._every = every_seconds
         self._max_frames = max_frames
         self._max_seconds = max_minutes * 60
-        self._last = time.monotonic()
-        self._last_frames = 0
+        self._clock = clock
+        self._last = clock()
+        self._last_frames = start_frames
         self.online: list[float] = []
         self.eval_score: float | None = None
 
     def maybe_print(self, frames: int, elapsed: float, update: int, force: bool = False) -> None:
-        now = time.monotonic()
+        now = self._clock()
         if not force and now - self._last < self._every:
             return
         rate = (frames - self._last_frames) / max(now - self._last, 1e-9)

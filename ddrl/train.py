@@ -5,6 +5,7 @@ import argparse
 import datetime
 import json
 import os
+import tempfile
 import traceback
 from pathlib import Path
 
@@ -36,18 +37,33 @@ def default_run_dir(job: str) -> Path:
     return Path("runs") / f"{stem}-{tag}"
 
 
-def _prepare_run_dir(run_dir: Path, resume: bool) -> Path | None:
+def _prepare_run_dir(run_dir: Path, resume: bool, loud: bool) -> Path | None:
     """The checkpoint to resume from; refuses to write over an existing run's log."""
     if resume:
-        ckpt = checkpoint.latest(run_dir / "checkpoints")
+        ckpt, damaged = checkpoint.latest_intact(run_dir / "checkpoints")
         if ckpt is None:
-            raise DdrlError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
+            detail = f" ({len(damaged)} damaged: {damaged[0]})" if damaged else ""
+            raise DdrlError(f"--resume: no intact checkpoint in {run_dir / 'checkpoints'}{detail}")
+        for line in damaged if loud else []:
+            say(f"[ddrl] skipped: {line}; resuming from {ckpt.name}", err=True)
         if not (run_dir / "log.h5").is_file():
             raise DdrlError(f"--resume: {run_dir / 'log.h5'} is missing")
         return ckpt
     if (run_dir / "log.h5").exists():
         raise DdrlError(f"{run_dir} already holds a run: pass --resume, or choose another --out")
+    _check_writable(run_dir)
     return None
+
+
+def _check_writable(run_dir: Path) -> None:
+    """Now, before TensorFlow and the simulators start, rather than at the first log write."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".ddrl-write-check-"):
+            pass
+    except OSError as exc:
+        raise DdrlError(f"run directory {run_dir}: cannot write there "
+                        f"({exc.strerror or exc}{': ' + exc.filename if exc.filename else ''})") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.out) if args.out else default_run_dir(args.job)
     if world.comm is not None:
         run_dir = Path(world.comm.bcast(str(run_dir), root=0))
-    ckpt_path = _prepare_run_dir(run_dir, args.resume)
+    ckpt_path = _prepare_run_dir(run_dir, args.resume, loud=world.is_root)
     if world.comm is not None:
         # Every rank checked the shared run directory; none proceeds unless all agreed.
         world.comm.Barrier()

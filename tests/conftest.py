@@ -15,6 +15,8 @@ from ddrl.distributed.launch import mpirun_command
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ROOT / "jobs"
 DDRL = [sys.executable, "-m", "ddrl"]
+# No evaluations, and so no target (a target with no evaluations is refused).
+NO_EVAL = ("--set", "eval.episodes=0", "--set", "eval.target=none")
 
 
 def mpirun(ranks: int) -> list[str]:

@@ -1,8 +1,11 @@
 """Bad input gets one clear line naming the problem, exit code 2, no traceback, no data lost."""
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
-from conftest import JOBS, ddrl
+from conftest import JOBS, NO_EVAL, ddrl, table
 
 
 def assert_one_line_error(res, *needles: str) -> None:
@@ -44,14 +47,14 @@ def test_bad_job_files(tmp_path):
 
 def test_missing_checkpoint(run_dir):
     assert_one_line_error(ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--resume",
-                               timeout=60), "no checkpoint")
+                               timeout=60), "no intact checkpoint")
     assert_one_line_error(ddrl("eval", run_dir / "checkpoints" / "ckpt-0000000001.npz",
                                timeout=60), "checkpoint")
 
 
 def test_existing_run_is_not_overwritten(run_dir):
     res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", "run.max_frames=2000",
-               "--set", "eval.episodes=0", timeout=120)
+               *NO_EVAL, timeout=120)
     assert res.returncode == 0, res.stderr
     before = (run_dir / "log.h5").read_bytes()
     again = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, timeout=60)
@@ -67,3 +70,57 @@ def test_world_mismatch_with_slurm(run_dir):
     env.update(SLURM_NTASKS="2", SLURM_STEP_NUM_TASKS="2", SLURM_PROCID="0", SLURM_JOB_ID="7")
     res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, env=env, timeout=60)
     assert_one_line_error(res, "2 tasks", "1 rank")
+
+
+def test_a_diverging_run_stops_and_keeps_its_last_good_checkpoint(run_dir):
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", "run.max_frames=2000",
+               *NO_EVAL, timeout=120)
+    assert res.returncode == 0, res.stderr
+    ckpts = run_dir / "checkpoints"
+    good = {p.name: p.read_bytes() for p in ckpts.glob("ckpt-*.npz")}
+    # lr 1e99: the first update sends the weights to Inf, every gradient after is NaN.
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--resume",
+               "--set", "optim.lr=1e99", "--set", "run.max_frames=1000000", "--set", "run.log_every=1",
+               *NO_EVAL, timeout=120)
+    assert res.returncode == 5, (res.returncode, res.stderr)
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ddrl: error: the last 10 updates had NaN"), lines
+    assert max(good) in lines[0], lines[0]
+    # Nothing written before is lost or replaced by diverged weights.
+    assert {p.name: p.read_bytes() for p in ckpts.glob("ckpt-*.npz")} == good
+    train = table(run_dir, "train")
+    # The first resumed update was finite (and applied); the 10 after it were dropped.
+    assert train["nonfinite"].sum() == 10 and train["nonfinite"][-10:].tolist() == [1] * 10
+
+
+def test_unwritable_run_directory_is_refused_before_anything_starts(tmp_path):
+    notdir = tmp_path / "file"
+    notdir.write_text("")
+    assert_one_line_error(ddrl("train", JOBS / "cartpole.toml", "--out", notdir / "run", timeout=60),
+                          "cannot write there", "Not a directory")
+    if os.geteuid() != 0:
+        pytest.skip("a read-only mount needs root")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", ro], check=True)
+    try:
+        assert_one_line_error(ddrl("train", JOBS / "cartpole.toml", "--out", ro / "run", timeout=60),
+                              "cannot write there", "Read-only file system")
+    finally:
+        subprocess.run(["umount", ro], check=True)
+
+
+def test_a_damaged_checkpoint_is_named_and_resume_takes_the_previous_intact_one(run_dir):
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", "run.max_frames=3000",
+               "--set", "run.checkpoint_minutes=0.0001", *NO_EVAL, timeout=120)
+    assert res.returncode == 0, res.stderr
+    *_, older, newest = sorted((run_dir / "checkpoints").glob("ckpt-*.npz"))
+    newest.write_bytes(newest.read_bytes()[:len(newest.read_bytes()) // 2])
+    assert_one_line_error(ddrl("eval", newest, timeout=60), newest.name, "damaged")
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--resume",
+               "--set", "run.max_frames=4000", *NO_EVAL, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert f"resuming from {older.name}" in res.stderr and newest.name in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+    resumed_at = int(older.stem.split("-")[1])
+    assert f"resumed at update {resumed_at}" in res.stdout, res.stdout

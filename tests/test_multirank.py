@@ -5,7 +5,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import JOBS, ddrl, root_attrs, table
+from conftest import JOBS, NO_EVAL, ddrl, root_attrs, table
 
 WEIGHTS = re.compile(r"\[ddrl\] rank (\d+) final weights sha256 ([0-9a-f]+)")
 
@@ -17,7 +17,7 @@ def final_weights(stdout: str) -> dict[int, str]:
 @pytest.mark.parametrize("backend, ranks", [("mpi", 2), ("mpi", 3), ("horovod", 2), ("horovod", 3)])
 def test_weights_identical_on_every_rank(backend, ranks, run_dir):
     res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", f"sync.backend={backend}",
-               "--set", "run.max_frames=6000", "--set", "eval.episodes=0", ranks=ranks, timeout=180)
+               "--set", "run.max_frames=6000", *NO_EVAL, ranks=ranks, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     digests = final_weights(res.stdout)
     assert sorted(digests) == list(range(ranks)), res.stdout
@@ -57,7 +57,7 @@ def test_a2c_two_ranks_match_one_rank_with_double_batch(tmp_path):
 
 
 def test_a2c_is_reproducible_on_a_fixed_world(tmp_path):
-    common = ["--set", "node.mode=a2c", "--set", "run.max_frames=4000", "--set", "eval.episodes=0",
+    common = ["--set", "node.mode=a2c", "--set", "run.max_frames=4000", *NO_EVAL,
               "--set", "run.log_every=1"]
     runs = [ddrl("train", JOBS / "cartpole.toml", "--out", tmp_path / name, *common, ranks=2,
                  timeout=180) for name in ("a", "b")]

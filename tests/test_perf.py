@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import JOBS, ddrl, table
+from conftest import JOBS, NO_EVAL, ddrl, table
 
 NUMBER = r"[\d,]+(?:\.\d+)?"
 
@@ -50,7 +50,7 @@ def test_a2c_alternating_groups_reproducible(tmp_path):
         out = tmp_path / name
         res = ddrl("train", JOBS / "cartpole.toml", "--out", out, "--set", "node.mode=a2c",
                    "--set", "node.n_sim=6", "--set", "run.max_frames=3000",
-                   "--set", "run.log_every=1", "--set", "eval.episodes=0", timeout=180)
+                   "--set", "run.log_every=1", *NO_EVAL, timeout=180)
         assert res.returncode == 0, res.stderr
         losses.append(table(out, "train")["loss"])
     k = 40

@@ -14,7 +14,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import DDRL, JOBS, ROOT, ddrl, env_for_tests, mpirun, table
+from conftest import DDRL, JOBS, NO_EVAL, ROOT, ddrl, env_for_tests, mpirun, table
 
 from ddrl import checkpoint
 from ddrl.distributed.ps import Layout, quorum
@@ -106,7 +106,7 @@ def test_sync_learns_and_ranks_end_with_the_servers_weights(servers, workers, ag
 
 
 def test_async_logs_staleness_and_applies_every_gradient_once(run_dir):
-    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", "eval.episodes=0",
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *NO_EVAL,
                "--set", "run.max_frames=12000", *ps_args(2, "sync.async=true"), ranks=5,
                timeout=180)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
@@ -123,7 +123,7 @@ def test_async_logs_staleness_and_applies_every_gradient_once(run_dir):
 
 def launch(run_dir: Path, *args: str) -> subprocess.Popen:
     cmd = [*mpirun(4), *DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir,
-           "--set", "eval.episodes=0", "--set", "run.log_every=1", *args]
+           *NO_EVAL, "--set", "run.log_every=1", *args]
     return subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from conftest import NO_EVAL
 from slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401  (the fixture)
 
 from ddrl import checkpoint
@@ -24,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 SLURM = REPO / "slurm"
 CARTPOLE = REPO / "jobs" / "cartpole.toml"
 # No evaluation episodes: they would only compete with training for the 2 cores.
-FAST = ("--set", "eval.episodes=0")
+FAST = NO_EVAL
 
 
 def ddrl_slurm(*args: str) -> subprocess.CompletedProcess:

@@ -64,7 +64,8 @@ def measure_training(job: str, overrides: list[str], seconds: float, frames_per_
     with tempfile.TemporaryDirectory(prefix="ddrl-bench-") as tmp:
         out = Path(tmp) / "run"
         sets = [*overrides, f"run.max_minutes={(warmup + seconds) / 60}", "eval.episodes=0",
-                "run.log_every=1", "run.checkpoint_minutes=1e6", "run.progress_seconds=1e6"]
+                "eval.target=none", "run.log_every=1", "run.checkpoint_minutes=1e6",
+                "run.progress_seconds=1e6"]
         cmd = [sys.executable, "-m", "ddrl.bench.node", job, "--out", str(out),
                *(arg for s in sets for arg in ("--set", s))]
         if ranks > 1:

@@ -52,7 +52,7 @@ def measure(job: str, overrides: list[str], workers: int, servers: int, seconds:
     warmup = warmup_seconds(seconds)
     sets = ["sync.mode=ps", f"sync.ps={servers}", *overrides,
             f"run.max_minutes={(warmup + seconds) / 60}", "run.max_frames=1000000000000",
-            "eval.episodes=0", "run.log_every=1", "run.checkpoint_minutes=1e6",
+            "eval.episodes=0", "eval.target=none", "run.log_every=1", "run.checkpoint_minutes=1e6",
             "run.progress_seconds=1e6"]
     with tempfile.TemporaryDirectory(prefix="ddrl-bench-") as tmp:
         out = Path(tmp) / "run"

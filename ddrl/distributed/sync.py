@@ -26,7 +26,8 @@ class SyncResult:
     `contributors`, `dropped` and the mean `staleness` count the gradients applied and
     dropped in that interval. Per trainer rank, `reports` counts the steps summed into its
     part of `extras` and `applied` its gradients applied (None: one each, as in an
-    all-reduce). `rows` is the backend's own telemetry for the run log: table -> rows."""
+    all-reduce). `rows` is the backend's own telemetry for the run log: table -> rows.
+    `finite` False: the summed gradient held NaN or Inf and no rank applied it."""
     extras: np.ndarray
     contributors: int
     seconds: float
@@ -35,6 +36,17 @@ class SyncResult:
     reports: np.ndarray | None = None
     applied: np.ndarray | None = None
     rows: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+    finite: bool = True
+
+
+def apply_if_finite(learner: Learner, mean_grad: np.ndarray, extras: np.ndarray, ranks: int,
+                    seconds: float) -> SyncResult:
+    """One NaN or Inf on any rank makes the sum non-finite, so every rank sees the same sum
+    and drops the same update: the weights and Adam state never take it in."""
+    if not np.isfinite(mean_grad).all():
+        return SyncResult(extras, 0, seconds, dropped=ranks, finite=False)
+    learner.apply(mean_grad)
+    return SyncResult(extras, ranks, seconds)
 
 
 class Sync(Protocol):
@@ -84,8 +96,7 @@ class LocalSync:
         return array
 
     def update(self, learner: Learner, grad: np.ndarray, extras: np.ndarray) -> SyncResult:
-        learner.apply(grad)
-        return SyncResult(extras, 1, 0.0)
+        return apply_if_finite(learner, grad, extras, 1, 0.0)
 
     def pull_state(self, learner: Learner) -> None:
         pass
@@ -123,8 +134,8 @@ class MpiAllreduceSync(LocalSync):
         start = time.perf_counter()
         self.allreduce_sum(self._buf)
         seconds = time.perf_counter() - start
-        learner.apply(self._buf[:n] / self.world.size)
-        return SyncResult(self._buf[n:].copy(), self.world.size, seconds)
+        return apply_if_finite(learner, self._buf[:n] / self.world.size, self._buf[n:].copy(),
+                               self.world.size, seconds)
 
 
 class HorovodSync(MpiAllreduceSync):

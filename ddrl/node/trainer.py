@@ -29,6 +29,10 @@ from ddrl.seeding import derive_seed
 RANK_FIELDS = ("frames", "dp_per_s", "t_compute", "t_sync", "t_sim", "t_predict")
 ROOT_STOPS = ("", "target", "time")
 EXIT_SIGNALLED = 3
+EXIT_NONFINITE = 5
+# Updates in a row whose gradient held NaN or Inf before the run gives up: one can be a
+# freak batch, a streak means the optimisation has diverged.
+NONFINITE_LIMIT = 10
 
 
 def side_channel(ranks: int) -> Schema:
@@ -56,7 +60,8 @@ class Trainer:
         self.c = counters
         self.log = log
         self.evaluator = evaluator
-        self.progress = Progress(cfg.run.progress_seconds, cfg.run.max_frames, cfg.run.max_minutes)
+        self.progress = Progress(cfg.run.progress_seconds, cfg.run.max_frames, cfg.run.max_minutes,
+                                 start_frames=counters.frames)
         self._slow = world.rank in cfg.debug.slow_ranks and cfg.debug.slow_factor > 1
         self._target_reached = False
         self._best = checkpoint.best_score(run_dir / "checkpoints") if world.is_root else None
@@ -85,8 +90,10 @@ class Trainer:
         last_ckpt = time.monotonic()
         sim0, pred0 = self.node.t_sim, self.node.t_predict
         frames_reported = 0
-        window = {"updates": 0, "dp": 0, "t_sync": 0.0, "t_train": 0.0, "start": c.wall_time}
+        window = {"updates": 0, "dp": 0, "t_sync": 0.0, "t_train": 0.0, "nonfinite": 0,
+                  "start": c.wall_time}
         last_sync = 0.0
+        nonfinite_streak = 0
         with checkpoint.StopSignals() as signals:
             self.node.start()
             while True:
@@ -106,6 +113,8 @@ class Trainer:
                                       [frames_new, len(batch) / max(step_time, 1e-9), t_train,
                                        last_sync, sim, pred])
                 res = self.sync.update(self.learner, grad, extras)
+                nonfinite_streak = 0 if res.finite else nonfinite_streak + 1
+                window["nonfinite"] += not res.finite
                 last_sync = res.seconds
                 c.update += 1
                 self.node.update = c.update
@@ -128,6 +137,8 @@ class Trainer:
                     reason = "signal"
                 elif side["stop"] > 0:
                     reason = ROOT_STOPS[int(round(side["stop"]))]
+                elif nonfinite_streak >= NONFINITE_LIMIT:
+                    reason = "nonfinite"
                 elif c.frames >= cfg.run.max_frames:
                     reason = "frames"
                 else:
@@ -151,6 +162,7 @@ class Trainer:
                 "contributors": res.contributors, "effective_batch": len(batch) * res.contributors,
                 "policy_lag": float(c.update - 1 - batch.acted_at.mean()),
                 "dropped": res.dropped, "staleness": res.staleness,
+                "nonfinite": window["nonfinite"],
                 "t_sim": sim, "t_predict": pred, "t_train": window["t_train"] / n,
                 "t_sync": window["t_sync"] / n, "restart": c.restarts})
             # A rank's figures may sum several of its steps since rank 0's previous update.
@@ -161,7 +173,7 @@ class Trainer:
                                      **dict(zip(RANK_FIELDS, row / reports[r])),
                                      "contributed": contributed[r]})
             self._log_rows(res)
-            window.update(updates=0, dp=0, t_sync=0.0, t_train=0.0, start=c.wall_time)
+            window.update(updates=0, dp=0, t_sync=0.0, t_train=0.0, nonfinite=0, start=c.wall_time)
         self._poll_eval(wait=False)
         if (self.evaluator is not None and cfg.eval.episodes and c.update % cfg.eval.every == 0
                 and not self.evaluator.busy):
@@ -196,13 +208,18 @@ class Trainer:
                 self.log.append(table, {"update": self.c.update, "wall_time": self.c.wall_time,
                                         **row})
 
-    def _checkpoint(self) -> Path:
+    def _checkpoint(self) -> Path | None:
+        """The new checkpoint; None when the weights are no longer finite, so that a diverged
+        run never rotates its good checkpoints out."""
         # Rows up to the checkpoint must be on disk first: a resume keeps exactly those.
         self.log.flush()
         self.sync.pull_state(self.learner)
         c = self.c
+        weights = self.learner.get_weights()
+        if not np.isfinite(weights).all():
+            return None
         return checkpoint.save(self.run_dir / "checkpoints", checkpoint.Checkpoint(
-            c.update, c.frames, c.wall_time, c.restarts, self.learner.get_weights(),
+            c.update, c.frames, c.wall_time, c.restarts, weights,
             self.learner.get_optimizer_state()), self.cfg.run.keep_checkpoints)
 
     def _finish(self, reason: str) -> int:
@@ -211,7 +228,7 @@ class Trainer:
         if final is not None and self.world.is_root:
             self._log_rows(final)
         self.node.close()
-        code = EXIT_SIGNALLED if reason == "signal" else 0
+        code = {"signal": EXIT_SIGNALLED, "nonfinite": EXIT_NONFINITE}.get(reason, 0)
         # One line per rank, so anyone can check that all ranks ended with the same weights.
         digest = hashlib.sha256(self.learner.get_weights().tobytes()).hexdigest()[:16]
         say(f"[ddrl] rank {self.world.rank} final weights sha256 {digest}")
@@ -233,5 +250,12 @@ class Trainer:
         path = self._checkpoint()
         self.log.close()
         self.progress.maybe_print(c.frames, c.wall_time, c.update, force=True)
+        if reason == "nonfinite":
+            good = path or checkpoint.latest(self.run_dir / "checkpoints")
+            say(f"ddrl: error: the last {NONFINITE_LIMIT} updates had NaN or Inf gradients, so the "
+                f"optimisation diverged (try a lower optim.lr); none of them was applied; last "
+                f"good checkpoint: {good or 'none (the weights were never finite at a checkpoint)'}",
+                err=True)
+            return
         say(f"[ddrl] stopped ({reason}) after {c.update} updates, {c.frames:,} frames; "
             f"log {self.run_dir / 'log.h5'}, checkpoint {path}")

@@ -83,3 +83,16 @@ def test_say_writes_each_line_in_one_write(monkeypatch):
     assert calls == [b"[ddrl] rank 1 final weights sha256 abc\n"]
     assert os.read(read_fd, 1000) == calls[0]
     os.close(read_fd)
+
+
+def test_progress_rate_counts_only_this_process_frames_after_a_resume(capsys):
+    from ddrl.progress import Progress
+
+    now = [100.0]
+    progress = Progress(60.0, max_frames=2_000_000, max_minutes=0, start_frames=1_000_000,
+                        clock=lambda: now[0])
+    now[0] += 10.0
+    progress.maybe_print(1_070_000, elapsed=5000.0, update=10, force=True)
+    line = capsys.readouterr().out
+    # 70,000 frames in 10 s since the restart (not 1,070,000): 930,000 left take 132 s.
+    assert "7,000 frames/s" in line and "left 00:02:12" in line, line

@@ -1,0 +1,72 @@
+"""The HDF5 run log, real files in-process: damaged logs are refused fast, live ones read,
+older formats resume."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from ddrl.errors import DdrlError
+from ddrl.log import RunLog, open_log, read_table, table_dtype
+
+
+def write_log(path: Path, episodes: int = 3000) -> RunLog:
+    log = RunLog.create(path, {"config": "{}"})
+    for i in range(episodes):
+        log.append("episodes", {"rank": 0, "frames": 100 * i, "wall_time": float(i),
+                                "return": float(i % 21), "length": 100})
+    log.flush()
+    return log
+
+
+@pytest.mark.parametrize("keep", [4500, 0.5])
+def test_a_log_cut_short_is_refused_with_its_sizes(tmp_path, keep):
+    path = tmp_path / "log.h5"
+    write_log(path).close()
+    data = path.read_bytes()
+    cut = keep if isinstance(keep, int) else int(len(data) * keep)
+    path.write_bytes(data[:cut])
+    with pytest.raises(DdrlError, match=f"cut short: {cut:,} of {len(data):,} bytes"):
+        open_log(path)
+
+
+def test_a_log_still_being_written_reads_through_swmr(tmp_path):
+    path = tmp_path / "log.h5"
+    log = write_log(path, episodes=10)
+    try:
+        with open_log(path) as f:
+            assert len(read_table(f, "episodes")) == 10
+    finally:
+        log.close()
+
+
+def test_not_a_log_is_refused(tmp_path):
+    path = tmp_path / "log.h5"
+    path.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(100))
+    with pytest.raises(DdrlError, match="not a readable HDF5 log"):
+        open_log(path)
+
+
+def test_an_older_format_resumes_with_new_columns_zero(tmp_path):
+    path = tmp_path / "log.h5"
+    old_train = [n for n in table_dtype("train").names if n != "nonfinite"]
+    with h5py.File(path, "w", libver="latest") as f:
+        for name in ("train", "episodes", "eval", "ranks", "servers"):
+            dtype = table_dtype(name)
+            if name == "train":
+                dtype = np.dtype([(n, dtype[n]) for n in old_train])
+            rows = np.zeros(3, dtype)
+            if "update" in dtype.names:
+                rows["update"] = [1, 2, 3]
+            if name == "train":
+                rows["loss"] = [0.5, 0.25, 0.125]
+            f.create_dataset(name, data=rows, maxshape=(None,), chunks=(1024,))
+        f.attrs["format_version"] = 2
+    log = RunLog.resume(path, update=2, frames=200, restarts=1, attrs={})
+    log.close()
+    with open_log(path) as f:
+        train = read_table(f, "train")
+    assert train["update"].tolist() == [1, 2] and train["loss"].tolist() == [0.5, 0.25]
+    assert train["nonfinite"].tolist() == [0, 0]
