@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import h5py
@@ -53,3 +54,27 @@ def root_attrs(run_dir: Path) -> dict:
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     return tmp_path / "run"
+
+
+def rank_pid(run_dir: Path, rank: int) -> int:
+    """The process of one rank of the job that writes to run_dir."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if str(run_dir) in (proc / "cmdline").read_text():
+                env = (proc / "environ").read_bytes().split(b"\0")
+                if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+                    return int(proc.name)
+        except (OSError, ValueError):
+            continue
+    raise AssertionError(f"no process of rank {rank}")
+
+
+def wait_for_updates(proc: subprocess.Popen, run_dir: Path, updates: int) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (run_dir / "log.h5").exists():
+            with h5py.File(run_dir / "log.h5", "r", swmr=True) as f:
+                if f["train"].shape[0] >= updates:
+                    return
+        time.sleep(0.5)
+    raise AssertionError("the run made no progress")

@@ -1,11 +1,28 @@
 """Several real ranks under mpirun: identical weights, equivalent learning, world checks."""
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
 
 import numpy as np
 import pytest
-from conftest import JOBS, NO_EVAL, ddrl, root_attrs, table
+from conftest import (
+    DDRL,
+    JOBS,
+    NO_EVAL,
+    ROOT,
+    ddrl,
+    env_for_tests,
+    mpirun,
+    rank_pid,
+    root_attrs,
+    table,
+    wait_for_updates,
+)
+
+from ddrl import checkpoint
 
 WEIGHTS = re.compile(r"\[ddrl\] rank (\d+) final weights sha256 ([0-9a-f]+)")
 
@@ -66,3 +83,30 @@ def test_a2c_is_reproducible_on_a_fixed_world(tmp_path):
     assert len(a) == len(b) > 10
     assert np.array_equal(a["loss"], b["loss"])
     assert final_weights(runs[0].stdout) == final_weights(runs[1].stdout)
+
+
+def test_a_frozen_rank_ends_an_allreduce_job_after_sync_timeout(run_dir):
+    """SIGSTOP: the rank is alive to mpirun but never joins the next all-reduce."""
+    cmd = [*mpirun(2), *DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir, *NO_EVAL,
+           "--set", "run.log_every=1", "--set", "sync.timeout=15",
+           "--set", "run.max_frames=100000000", "--set", "run.checkpoint_minutes=0.01"]
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pid = None
+    try:
+        wait_for_updates(proc, run_dir, 10)
+        pid = rank_pid(run_dir, 1)
+        os.kill(pid, signal.SIGSTOP)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert proc.returncode != 0
+    assert "ddrl: error: rank 0 waited 15 s (sync.timeout) in all-reduce" in out, out[-3000:]
+    # What was written before the freeze is intact.
+    assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).update >= 1
+    assert len(table(run_dir, "train")) >= 10

@@ -11,10 +11,20 @@ import subprocess
 import time
 from pathlib import Path
 
-import h5py
 import numpy as np
 import pytest
-from conftest import DDRL, JOBS, NO_EVAL, ROOT, ddrl, env_for_tests, mpirun, table
+from conftest import (
+    DDRL,
+    JOBS,
+    NO_EVAL,
+    ROOT,
+    ddrl,
+    env_for_tests,
+    mpirun,
+    rank_pid,
+    table,
+    wait_for_updates,
+)
 
 from ddrl import checkpoint
 from ddrl.distributed.ps import Layout, quorum
@@ -126,30 +136,6 @@ def launch(run_dir: Path, *args: str) -> subprocess.Popen:
            *NO_EVAL, "--set", "run.log_every=1", *args]
     return subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def rank_pid(run_dir: Path, rank: int) -> int:
-    """The process of one rank of the job that writes to run_dir."""
-    for proc in Path("/proc").iterdir():
-        try:
-            if str(run_dir) in (proc / "cmdline").read_text():
-                env = (proc / "environ").read_bytes().split(b"\0")
-                if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
-                    return int(proc.name)
-        except (OSError, ValueError):
-            continue
-    raise AssertionError(f"no process of rank {rank}")
-
-
-def wait_for_updates(proc: subprocess.Popen, run_dir: Path, updates: int) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if (run_dir / "log.h5").exists():
-            with h5py.File(run_dir / "log.h5", "r", swmr=True) as f:
-                if f["train"].shape[0] >= updates:
-                    return
-        time.sleep(0.5)
-    raise AssertionError("the run made no progress")
 
 
 def test_killed_worker_ends_the_job(run_dir):

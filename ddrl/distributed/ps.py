@@ -20,7 +20,6 @@ decisions as int64 CONTROL messages.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +28,6 @@ from ddrl.config import Config
 from ddrl.distributed.schema import Schema
 from ddrl.distributed.world import World
 from ddrl.errors import DdrlError
-from ddrl.output import say
 
 # Message tags. Each (source, tag) pair is FIFO in MPI, so one tag per kind of payload keeps
 # a worker's META and DATA, and a server's REPLY and slices, matched in order.
@@ -41,7 +39,6 @@ APPLY, DROP, SNAPSHOT, FINISH = range(4)
 # A server's cumulative figures, first in every reply; the `servers` log table's columns.
 STATUS = Schema("version", "iterations", "lost", "received", "applied", "dropped", "sent",
                 "staleness_sum", "bytes_in", "bytes_out", "t_busy", "t_apply")
-EXIT_ABORTED = 4
 
 
 def meta_schema(extras: int) -> Schema:
@@ -118,42 +115,6 @@ def quorum(aggregate: float, workers: int) -> int:
         raise DdrlError(f"config key sync.aggregate: {int(aggregate)} gradients per update but "
                         f"only {workers} worker rank(s)")
     return int(aggregate)
-
-
-class Backoff:
-    """Polling with growing sleeps: Open MPI's blocking waits spin a core, which the
-    simulators of the other ranks on the node need more than a waiting rank does."""
-
-    def __init__(self, first: float = 2e-5, longest: float = 5e-4):
-        self._first, self._longest = first, longest
-        self._delay = first
-
-    def reset(self) -> None:
-        self._delay = self._first
-
-    def sleep(self) -> None:
-        time.sleep(self._delay)
-        self._delay = min(self._delay * 2, self._longest)
-
-
-def wait_all(requests: list, timeout: float) -> bool:
-    """Whether all requests completed within `timeout` seconds."""
-    from mpi4py import MPI
-
-    deadline = time.monotonic() + timeout
-    backoff = Backoff()
-    while not MPI.Request.Testall(requests):
-        if time.monotonic() > deadline:
-            return False
-        backoff.sleep()
-    return True
-
-
-def abort(comm, message: str) -> None:
-    """End the whole job: a rank that cannot go on would leave the others waiting forever,
-    and under mpirun or srun only MPI_Abort also takes down a rank that hangs."""
-    say(f"ddrl: error: {message}", err=True)
-    comm.Abort(EXIT_ABORTED)
 
 
 def adam_slots(optimizer) -> tuple[list, list]:

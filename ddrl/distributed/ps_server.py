@@ -36,9 +36,7 @@ from ddrl.distributed.ps import (
     STATUS,
     VELOCITY,
     WEIGHTS,
-    Backoff,
     Layout,
-    abort,
     adam_slots,
     control_schema,
     flat_moments,
@@ -47,9 +45,9 @@ from ddrl.distributed.ps import (
     quorum,
     set_flat_moments,
     split,
-    wait_all,
 )
 from ddrl.distributed.sync import bcast
+from ddrl.distributed.waiting import Backoff, abort, wait_all
 from ddrl.distributed.world import World
 from ddrl.node.learner import Learner
 from ddrl.optim import make_adam

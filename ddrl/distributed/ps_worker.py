@@ -20,14 +20,13 @@ from ddrl.distributed.ps import (
     STATUS,
     VELOCITY,
     WEIGHTS,
-    abort,
     interval_schema,
     meta_schema,
     set_flat_moments,
     split,
-    wait_all,
 )
 from ddrl.distributed.sync import LocalSync, SyncResult, bcast
+from ddrl.distributed.waiting import abort, wait_all
 from ddrl.distributed.world import World
 from ddrl.errors import DdrlError
 from ddrl.node.learner import Learner

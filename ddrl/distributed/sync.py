@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from ddrl.config import Config
+from ddrl.distributed.waiting import Watchdog
 from ddrl.distributed.world import World
 from ddrl.errors import DdrlError
 from ddrl.node.learner import Learner
@@ -113,9 +114,15 @@ class MpiAllreduceSync(LocalSync):
 
     name = "mpi"
 
-    def __init__(self, world: World):
+    def __init__(self, world: World, timeout: float):
         super().__init__(world)
         self._buf: np.ndarray | None = None
+        self._calls = 0
+        # A rank that never joins (frozen, or its node lost without the launcher noticing)
+        # would hold the others in the all-reduce forever.
+        self._watchdog = Watchdog(timeout, lambda: (
+            f"rank {world.rank} waited {timeout:g} s (sync.timeout) in all-reduce {self._calls} "
+            "for the other rank(s): one is frozen or lost; ending the job"))
 
     def broadcast(self, array: np.ndarray) -> np.ndarray:
         return bcast(self.world.comm, array)
@@ -132,7 +139,9 @@ class MpiAllreduceSync(LocalSync):
         self._buf[:n] = grad
         self._buf[n:] = extras
         start = time.perf_counter()
-        self.allreduce_sum(self._buf)
+        self._calls += 1
+        with self._watchdog:
+            self.allreduce_sum(self._buf)
         seconds = time.perf_counter() - start
         return apply_if_finite(learner, self._buf[:n] / self.world.size, self._buf[n:].copy(),
                                self.world.size, seconds)
@@ -143,8 +152,8 @@ class HorovodSync(MpiAllreduceSync):
 
     name = "horovod"
 
-    def __init__(self, world: World):
-        super().__init__(world)
+    def __init__(self, world: World, timeout: float):
+        super().__init__(world, timeout)
         try:
             import horovod.tensorflow as hvd
         except ImportError as exc:
@@ -179,4 +188,4 @@ def make_sync(cfg: Config, world: World) -> Sync:
         return LocalSync(world)
     if backend == "none":
         raise DdrlError(f"{world.size} ranks but sync.backend = 'none': use 'mpi' or 'horovod'")
-    return {"mpi": MpiAllreduceSync, "horovod": HorovodSync}[backend](world)
+    return {"mpi": MpiAllreduceSync, "horovod": HorovodSync}[backend](world, cfg.sync.timeout)
