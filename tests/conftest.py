@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -78,3 +79,22 @@ def wait_for_updates(proc: subprocess.Popen, run_dir: Path, updates: int) -> Non
                     return
         time.sleep(0.5)
     raise AssertionError("the run made no progress")
+
+
+def freeze_rank(proc: subprocess.Popen, run_dir: Path, rank: int) -> str:
+    """SIGSTOP one rank once the job has logged 10 updates (alive to mpirun, silent to the
+    others); the job's output once it has ended, the frozen rank killed in any case."""
+    pid = None
+    try:
+        wait_for_updates(proc, run_dir, 10)
+        pid = rank_pid(run_dir, rank)
+        os.kill(pid, signal.SIGSTOP)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return out

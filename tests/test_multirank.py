@@ -1,9 +1,7 @@
 """Several real ranks under mpirun: identical weights, equivalent learning, world checks."""
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
 
 import numpy as np
@@ -15,11 +13,10 @@ from conftest import (
     ROOT,
     ddrl,
     env_for_tests,
+    freeze_rank,
     mpirun,
-    rank_pid,
     root_attrs,
     table,
-    wait_for_updates,
 )
 
 from ddrl import checkpoint
@@ -92,19 +89,7 @@ def test_a_frozen_rank_ends_an_allreduce_job_after_sync_timeout(run_dir):
            "--set", "run.max_frames=100000000", "--set", "run.checkpoint_minutes=0.01"]
     proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    pid = None
-    try:
-        wait_for_updates(proc, run_dir, 10)
-        pid = rank_pid(run_dir, 1)
-        os.kill(pid, signal.SIGSTOP)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-        if pid is not None:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    out = freeze_rank(proc, run_dir, 1)
     assert proc.returncode != 0
     assert "ddrl: error: rank 0 waited 15 s (sync.timeout) in all-reduce" in out, out[-3000:]
     # What was written before the freeze is intact.

@@ -20,6 +20,7 @@ from conftest import (
     ROOT,
     ddrl,
     env_for_tests,
+    freeze_rank,
     mpirun,
     rank_pid,
     table,
@@ -157,19 +158,7 @@ def test_hung_worker_is_left_out_and_the_job_ends(run_dir):
     """A worker that stops answering (SIGSTOP: mpirun does not notice) is left out after
     sync.timeout; the others finish the run, rank 0 saves it and ends the job."""
     proc = launch(run_dir, *ps_args(1, "sync.timeout=5"), "--set", "run.max_frames=30000")
-    pid = None
-    try:
-        wait_for_updates(proc, run_dir, 10)
-        pid = rank_pid(run_dir, 2)
-        os.kill(pid, signal.SIGSTOP)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-        if pid is not None:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    out = freeze_rank(proc, run_dir, 2)
     assert "worker rank 2 sent nothing for 5 s (sync.timeout); going on with 2 worker(s)" in out
     assert "stopped (frames)" in out, out[-3000:]
     assert "were left out; the run is saved; ending the job" in out
