@@ -170,6 +170,25 @@ def test_warning_signal_checkpoints_requeues_and_resumes(slurm_cluster, tmp_path
     assert checkpoint.load(checkpoint.latest(out / "checkpoints")).frames >= 120000
 
 
+def test_cancel_checkpoints_and_the_job_stays_cancelled(slurm_cluster, tmp_path):
+    out = tmp_path / "run"
+    job = slurm_cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),
+                               "--set", "run.max_frames=10_000_000", *FAST)
+    wait_for_training(slurm_cluster, job, out / "log.h5", timeout=90)
+    slurm_cluster.run("scancel", job)
+    [result] = slurm_cluster.wait(job, timeout=180)
+    # Slurm marks the job cancelled at once; its batch script finishes within KillWait.
+    deadline = time.monotonic() + 60
+    while "ddrl: cancelled" not in result.text() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    text = result.text()
+    assert "ddrl: cancelled: checkpointed, not requeued" in text, text
+    assert "requeued\n" not in text.replace("not requeued", "")
+    record = slurm_cluster.records(job)[0]
+    assert (record["JobState"], record["Restarts"]) == ("CANCELLED", "0"), record
+    assert checkpoint.load(checkpoint.latest(out / "checkpoints")).update >= 1
+
+
 def test_printed_array_script_runs_two_seeds(slurm_cluster, tmp_path):
     script = ddrl_slurm(str(CARTPOLE), "--array", "0-1", "--tasks-per-node", "1",
                         "--set", "run.max_frames=8000", *FAST)

@@ -63,11 +63,14 @@ ddrl_launcher() {
 }
 
 ddrl_main() {
-  # Slurm's warning (--signal=B:USR1@...) reaches only this shell; so can a TERM (scancel
-  # --batch, --signal=B:TERM). Both become USR1 for the step: srun and mpirun take TERM as
-  # "kill the ranks now", ddrl ranks take USR1 as "checkpoint and stop".
+  # Both signals become USR1 for the step: srun and mpirun take TERM as "kill the ranks now",
+  # ddrl ranks take USR1 as "checkpoint and stop". What follows differs: USR1 is Slurm's
+  # time-limit warning (--signal=B:USR1@...), so the job is requeued to go on; TERM is a
+  # cancel (scancel), so the job stays ended. (Before a preemption Slurm sends TERM too, and
+  # requeues a preempted job itself.)
   local step_pid="" stop=""
-  trap 'stop=1; [ -z "$step_pid" ] || kill -USR1 "$step_pid" 2>/dev/null' USR1 TERM
+  trap 'stop=warning; [ -z "$step_pid" ] || kill -USR1 "$step_pid" 2>/dev/null' USR1
+  trap 'stop=cancel; [ -z "$step_pid" ] || kill -USR1 "$step_pid" 2>/dev/null' TERM
 
   if [ $# -eq 0 ] || [[ $1 == -* ]]; then
     [ -n "${DDRL_JOB:-}" ] || ddrl_die "no job file: pass JOB.toml as the first argument or set DDRL_JOB"
@@ -95,7 +98,9 @@ ddrl_main() {
   local rc=$?
   trap - USR1 TERM
 
-  if [ "$rc" -eq "$DDRL_EXIT_RESUMABLE" ]; then
+  if [ "$rc" -eq "$DDRL_EXIT_RESUMABLE" ] && [ "$stop" = cancel ]; then
+    echo "ddrl: cancelled: checkpointed, not requeued (submit again with the same --out to go on)"
+  elif [ "$rc" -eq "$DDRL_EXIT_RESUMABLE" ]; then
     # The requeued job keeps its id, so the next start finds the checkpoint and resumes.
     if scontrol requeue "$SLURM_JOB_ID"; then
       echo "ddrl: checkpointed; job $SLURM_JOB_ID requeued"
