@@ -169,3 +169,18 @@ def test_hung_worker_is_left_out_and_the_job_ends(run_dir):
     train = table(run_dir, "train")
     assert train["contributors"][-1] == 2 and train["frames"][-1] >= 30000
     assert checkpoint.latest(run_dir / "checkpoints") is not None
+
+
+@pytest.mark.parametrize("mode", ["sync.async=false", "sync.async=true"])
+def test_non_finite_gradients_never_reach_the_servers_weights(run_dir, mode):
+    """lr 1e99: the first update sends the weights to Inf, every gradient after is NaN; the
+    servers drop each one (async mode would otherwise apply it), the workers stop."""
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *NO_EVAL, "--set", "optim.lr=1e99",
+               "--set", "run.log_every=1", "--set", "run.max_frames=1000000", *ps_args(1, mode),
+               ranks=3, timeout=180)
+    assert res.returncode != 0
+    assert "ddrl: error: the last 10 updates had NaN or Inf gradients" in res.stderr, res.stderr[-2000:]
+    final = final_servers(run_dir)
+    assert final["dropped"][0] >= 10
+    train = table(run_dir, "train")
+    assert train["nonfinite"].sum() >= 10

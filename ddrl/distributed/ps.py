@@ -42,7 +42,9 @@ STATUS = Schema("version", "iterations", "lost", "received", "applied", "dropped
 
 
 def meta_schema(extras: int) -> Schema:
-    return Schema("kind", "version", "sent", "want_state", ("extras", extras))
+    """`finite` 0: the worker's gradient holds NaN or Inf (checked whole, so every server gets
+    the same flag and server 0 drops it on all of them)."""
+    return Schema("kind", "version", "sent", "want_state", "finite", ("extras", extras))
 
 
 def interval_schema(workers: int, extras: int) -> Schema:

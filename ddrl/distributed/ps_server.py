@@ -143,7 +143,9 @@ class ParameterServer:
                 kind = int(meta["kind"])
                 if kind == GRAD:
                     self._inbox[w] = meta
-                    if self._cfg.sync.async_:
+                    if not meta["finite"]:
+                        self._decide(DROP, [w])
+                    elif self._cfg.sync.async_:
                         self._decide(APPLY, [w])
                     elif meta["version"] == self.status["version"]:
                         pending.append(w)

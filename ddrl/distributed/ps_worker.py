@@ -75,8 +75,11 @@ class PsSync(LocalSync):
         start = time.perf_counter()
         self._sent += 1
         self._extras = extras.size
-        replies = self._exchange(learner, GRAD, grad=grad, extras=extras)
-        return self._result(replies, time.perf_counter() - start)
+        finite = bool(np.isfinite(grad).all())
+        replies = self._exchange(learner, GRAD, grad=grad, extras=extras, finite=finite)
+        res = self._result(replies, time.perf_counter() - start)
+        res.finite = finite
+        return res
 
     def pull_state(self, learner: Learner) -> None:
         if not self._finished:
@@ -98,7 +101,8 @@ class PsSync(LocalSync):
             self._job.barrier()
 
     def _exchange(self, learner: Learner, kind: int, grad: np.ndarray | None = None,
-                  extras: np.ndarray | None = None, state: bool = False) -> list[np.ndarray]:
+                  extras: np.ndarray | None = None, state: bool = False,
+                  finite: bool = True) -> list[np.ndarray]:
         """Send to every server, take back its weight slice (and Adam moments), all slices of
         one version by the sequencing of server 0; the learner ends on those weights."""
         comm, layout = self._comm, self._layout
@@ -122,7 +126,8 @@ class PsSync(LocalSync):
             # Only server 0 sums the side channel; the others get the head alone.
             side = extras if s == 0 and extras is not None else np.zeros(self._extras if s == 0 else 0)
             meta = meta_schema(side.size).pack(kind=kind, version=self._version, sent=self._sent,
-                                               want_state=float(state), extras=side)
+                                               want_state=float(state), finite=float(finite),
+                                               extras=side)
             requests.append(comm.Isend(meta, dest, META))
             if grad is not None:
                 requests.append(comm.Isend(grad[lo:hi], dest, DATA))
