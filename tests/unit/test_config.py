@@ -49,7 +49,7 @@ def test_bad_values_name_the_key(override, message):
 
 def test_ps_mode_refuses_a_learning_rate_schedule():
     with pytest.raises(DdrlError, match="optim.lr_schedule"):
-        load_config(JOBS / "pong-ppo.toml", ["sync.mode=ps", "sync.ps=1"])
+        load_config(JOBS / "pong-ppo.toml", ["optim.lr_schedule=linear", "sync.mode=ps", "sync.ps=1"])
 
 
 def test_config_knows_no_simulators_and_runs_the_game_check_it_is_given():
