@@ -88,18 +88,17 @@ def load(path: Path) -> Checkpoint:
         raise DdrlError(f"checkpoint {path} is damaged or not a ddrl checkpoint ({exc})") from None
 
 
-def latest_intact(directory: Path) -> tuple[Path | None, list[str]]:
-    """The newest checkpoint that loads, and one line per newer one that did not (a disk that
-    filled up or a copy cut short can damage a file after its atomic rename)."""
+def latest_intact(directory: Path) -> tuple[Path | None, Checkpoint | None, list[str]]:
+    """The newest checkpoint that loads (its path and contents, so nobody reads it twice), and
+    one line per newer one that did not (a disk that filled up or a copy cut short can damage
+    a file after its atomic rename)."""
     damaged = []
     for path in sorted(directory.glob(f"{PREFIX}*.npz"), reverse=True) if directory.is_dir() else []:
         try:
-            load(path)
+            return path, load(path), damaged
         except DdrlError as exc:
             damaged.append(str(exc))
-            continue
-        return path, damaged
-    return None, damaged
+    return None, None, damaged
 
 
 class StopSignals:

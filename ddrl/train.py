@@ -37,15 +37,15 @@ def default_run_dir(job: str) -> Path:
     return Path("runs") / f"{stem}-{tag}"
 
 
-def _prepare_run_dir(run_dir: Path, resume: bool, loud: bool) -> Path | None:
+def _prepare_run_dir(run_dir: Path, resume: bool, loud: bool) -> checkpoint.Checkpoint | None:
     """The checkpoint to resume from; refuses to write over an existing run's log."""
     if resume:
-        ckpt, damaged = checkpoint.latest_intact(run_dir / "checkpoints")
+        path, ckpt, damaged = checkpoint.latest_intact(run_dir / "checkpoints")
         if ckpt is None:
             detail = f" ({len(damaged)} damaged: {damaged[0]})" if damaged else ""
             raise DdrlError(f"--resume: no intact checkpoint in {run_dir / 'checkpoints'}{detail}")
         for line in damaged if loud else []:
-            say(f"[ddrl] skipped: {line}; resuming from {ckpt.name}", err=True)
+            say(f"[ddrl] skipped: {line}; resuming from {path.name}", err=True)
         if not (run_dir / "log.h5").is_file():
             raise DdrlError(f"--resume: {run_dir / 'log.h5'} is missing")
         return ckpt
@@ -75,12 +75,12 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.out) if args.out else default_run_dir(args.job)
     if world.comm is not None:
         run_dir = Path(world.comm.bcast(str(run_dir), root=0))
-    ckpt_path = _prepare_run_dir(run_dir, args.resume, loud=world.is_root)
+    resumed = _prepare_run_dir(run_dir, args.resume, loud=world.is_root)
     if world.comm is not None:
         # Every rank checked the shared run directory; none proceeds unless all agreed.
         world.comm.Barrier()
     try:
-        return _train(cfg, world, run_dir, ckpt_path)
+        return _train(cfg, world, run_dir, resumed)
     except BaseException as exc:
         if world.size > 1 and not isinstance(exc, SystemExit):
             # The other ranks would wait in the next collective (and MPI_Finalize) forever.
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         raise
 
 
-def _train(cfg: Config, world, run_dir: Path, ckpt_path: Path | None) -> int:
+def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None) -> int:
     from ddrl.cpus import configure_tensorflow, cores_per_rank
 
     configure_tensorflow(cores_per_rank(cfg.node.threads, world.local_size),
@@ -117,8 +117,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt_path: Path | None) -> int:
     sync = make_sync(cfg, world)
     learner = Learner(cfg, *spec, workers=sync.workers)
     counters = Counters()
-    if ckpt_path is not None:
-        ckpt = checkpoint.load(ckpt_path)
+    if ckpt is not None:
         counters = Counters(ckpt.update, ckpt.frames, ckpt.wall_time, ckpt.restarts + 1)
         if world.is_root:
             learner.set_weights(ckpt.weights)
@@ -132,7 +131,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt_path: Path | None) -> int:
         (run_dir / "config.toml").write_text(cfg.to_toml())
         attrs = {"config": cfg.to_json(), "world_size": world.size, "nodes": world.nodes,
                  "versions": json.dumps(versions()), "sync_backend": sync.name}
-        if ckpt_path is None:
+        if ckpt is None:
             attrs["start_time"] = datetime.datetime.now().astimezone().isoformat()
             log = RunLog.create(run_dir / "log.h5", attrs)
         else:
@@ -144,7 +143,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt_path: Path | None) -> int:
         say(f"[ddrl] {cfg.env.id} {cfg.node.mode} x {world.size} rank(s) on {world.nodes} "
             f"node(s), {learner.num_params:,} parameters, sync {sync.name}, "
             f"run directory {run_dir}" + (f" (resumed at update {counters.update})"
-                                          if ckpt_path else ""))
+                                          if ckpt else ""))
     node_cls = node_class(cfg)
     node = node_cls(cfg, learner, world.rank, counters.restarts)
     node.update = counters.update
