@@ -98,6 +98,10 @@ class AlgoConfig:
     minibatches: int = 4
     normalize: bool = True
     clip_value: bool = True
+    # V-trace (vtrace, appo): truncation of the importance weights pi / mu in the targets
+    # (rho-bar) and in the trace (c-bar); IMPALA's 1.0 for both.
+    rho_clip: float = 1.0
+    c_clip: float = 1.0
 
 
 @dataclass
@@ -165,7 +169,7 @@ _CHOICES = {
     "model.precision": ("float32", "bfloat16"),
     "optim.lr_scaling": ("none", "sqrt", "linear"),
     "optim.lr_schedule": ("constant", "linear"),
-    "algo.name": ("a2c", "ppo"),
+    "algo.name": ("a2c", "ppo", "vtrace", "appo"),
     "sync.backend": ("none", "mpi", "horovod"),
     "sync.mode": ("allreduce", "ps"),
 }
@@ -189,6 +193,7 @@ _RANGES = {
     "optim.entropy": (0.0, None, True), "optim.max_grad_norm": (0.0, None, True),
     "algo.clip": (0.0, None, False), "algo.gae_lambda": (0.0, 1.0, True),
     "algo.epochs": (1, None, True), "algo.minibatches": (1, None, True),
+    "algo.rho_clip": (0.0, None, False), "algo.c_clip": (0.0, None, False),
     "optim.value_coef": (0.0, None, True),
     "sync.ps": (0, None, True), "sync.aggregate": (0.0, None, False),
     "sync.timeout": (0.0, None, False), "eval.every": (1, None, True),
@@ -285,11 +290,12 @@ def validate(cfg: Config) -> None:
                         "eval.episodes = 0 (no evaluations): also set eval.target = none")
     if cfg.node.mode == "ba3c" and cfg.node.n_sim < cfg.node.predictors:
         raise DdrlError("config key node.predictors: more predictor threads than simulators (node.n_sim)")
-    if cfg.algo.name == "ppo" and cfg.node.mode != "a2c":
-        raise DdrlError("config key algo.name: 'ppo' needs node.mode = 'a2c' (synchronous rollouts)")
-    if cfg.algo.minibatches > cfg.node.n_sim * cfg.node.t_max:
+    if cfg.node.mode == "a2c" and cfg.algo.minibatches > cfg.node.n_sim * cfg.node.t_max:
         raise DdrlError("config key algo.minibatches: more minibatches than data points in a "
                         "rollout (node.n_sim x node.t_max)")
+    if cfg.node.mode == "ba3c" and cfg.algo.minibatches > cfg.node.batch_size:
+        raise DdrlError("config key algo.minibatches: more minibatches than data points in a "
+                        "batch (node.batch_size)")
     if cfg.optim.lr_schedule != "constant" and cfg.sync.mode == "ps":
         raise DdrlError("config key optim.lr_schedule: parameter servers keep a constant "
                         "learning rate; use sync.mode = 'allreduce'")

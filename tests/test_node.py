@@ -14,22 +14,25 @@ from conftest import DDRL, JOBS, ROOT, ddrl, env_for_tests, root_attrs, table
 CARTPOLE_BUDGET = 300_000
 
 
-@pytest.mark.parametrize("mode", ["ba3c", "a2c"])
-def test_cartpole_learns(mode, run_dir):
-    """Greedy evaluation reaches 400 within a bounded number of frames."""
+@pytest.mark.parametrize("mode,algo", [("ba3c", "a2c"), ("a2c", "a2c"), ("ba3c", "vtrace"),
+                                       ("ba3c", "appo")])
+def test_cartpole_learns(mode, algo, run_dir):
+    """Greedy evaluation reaches 400 within a bounded number of frames, with each node mode
+    and, on the ba3c node, the off-policy corrected algorithms."""
     res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", f"node.mode={mode}",
-               "--set", f"run.max_frames={CARTPOLE_BUDGET}", timeout=240)
+               "--set", f"algo.name={algo}", "--set", "algo.epochs=2", "--set",
+               "algo.minibatches=2", "--set", f"run.max_frames={CARTPOLE_BUDGET}", timeout=240)
     assert res.returncode == 0, res.stderr
     evals = table(run_dir, "eval")
     solved = evals[evals["mean_return"] >= 400]
     assert len(solved), f"best eval {evals['mean_return'].max()}"
-    print(f"{mode}: solved at {solved['frames'][0]} frames, {solved['wall_time'][0]:.1f} s")
+    print(f"{mode} {algo}: solved at {solved['frames'][0]} frames, {solved['wall_time'][0]:.1f} s")
     assert "stopped (target)" in res.stdout
     train = table(run_dir, "train")
     assert len(train) and np.all(np.diff(train["update"]) > 0)
     assert train["frames"][-1] <= CARTPOLE_BUDGET + 1000
     assert (train["policy_lag"] >= 0).all()
-    if mode == "ba3c":
+    if (mode, algo) == ("ba3c", "a2c"):
         # Training goes on while the evaluator plays, so the last checkpoint may have regressed;
         # the best-evaluated weights are the ones that reached the target.
         last = ddrl("eval", run_dir, "--episodes", "3", timeout=120)

@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from ddrl.algos.base import policy_terms
-from ddrl.algos.batch import Batch
+from ddrl.algos.batch import Batch, Rollout
 from ddrl.config import Config
 
 
@@ -21,13 +21,16 @@ def nstep_returns(rewards: np.ndarray, dones: np.ndarray, bootstrap: np.ndarray 
 
 
 def actor_critic_loss(logits: tf.Tensor, values: tf.Tensor, actions: tf.Tensor,
-                      returns: tf.Tensor, entropy_coef: float, value_coef: float
+                      returns: tf.Tensor, entropy_coef: float, value_coef: float,
+                      advantages: tf.Tensor | None = None
                       ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-    """Policy gradient on stop_grad(R - V), value_coef x mean squared error, entropy bonus."""
+    """Policy gradient on the advantages (stop_grad(R - V) unless given), value_coef x mean
+    squared error of V against R, entropy bonus."""
     log_prob_a, entropy = policy_terms(logits, actions)
-    advantage = returns - values
-    policy_loss = -tf.reduce_mean(log_prob_a * tf.stop_gradient(advantage))
-    value_loss = tf.reduce_mean(tf.square(advantage))
+    error = returns - values
+    advantages = error if advantages is None else advantages
+    policy_loss = -tf.reduce_mean(log_prob_a * tf.stop_gradient(advantages))
+    value_loss = tf.reduce_mean(tf.square(error))
     entropy = tf.reduce_mean(entropy)
     loss = policy_loss + value_coef * value_loss - entropy_coef * entropy
     nan = tf.constant(float("nan"))
@@ -46,14 +49,16 @@ class A2C:
 
     name = "a2c"
     fields = ("returns",)
+    off_policy = False
 
     def __init__(self, cfg: Config):
         self.gamma = cfg.node.gamma
         self.entropy = cfg.optim.entropy
         self.value_coef = cfg.optim.value_coef
 
-    def targets(self, rewards, dones, values, logp, bootstrap) -> dict[str, np.ndarray]:
-        return {"returns": nstep_returns(rewards, dones, bootstrap, self.gamma)}
+    def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
+        return {"returns": nstep_returns(rollout.rewards, rollout.dones, rollout.bootstrap,
+                                         self.gamma)}
 
     def loss(self, logits, values, actions, targets):
         return actor_critic_loss(logits, values, actions, targets["returns"], self.entropy,

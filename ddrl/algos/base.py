@@ -10,7 +10,7 @@ from typing import Protocol
 import numpy as np
 import tensorflow as tf
 
-from ddrl.algos.batch import Batch
+from ddrl.algos.batch import Batch, Rollout
 
 STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "grad_norm", "approx_kl",
               "clip_frac")
@@ -20,10 +20,13 @@ class Algorithm(Protocol):
     name: str
     # The Batch.targets fields its loss takes, in the order the learner passes them.
     fields: tuple[str, ...]
+    # True: the targets correct for the lag between the acting and the learning policy, so
+    # the node hands them the learner's current policy and values on the rollout (V-trace);
+    # False: the actor's values serve.
+    off_policy: bool
 
-    def targets(self, rewards: np.ndarray, dones: np.ndarray, values: np.ndarray,
-                logp: np.ndarray, bootstrap: np.ndarray) -> dict[str, np.ndarray]:
-        """Per-step targets from (T, N) time-major arrays of one rollout."""
+    def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
+        """Per-step (T, N) targets of one rollout."""
 
     def loss(self, logits: tf.Tensor, values: tf.Tensor, actions: tf.Tensor,
              targets: dict[str, tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:

@@ -1,4 +1,5 @@
-"""A batch of data points: what the trainer computes one gradient on."""
+"""A rollout as the algorithm sees it, and a batch of data points: what the trainer computes
+one gradient on."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -31,3 +32,19 @@ class Batch:
 
     def split(self, n: int) -> tuple["Batch", "Batch"]:
         return self.take(slice(None, n)), self.take(slice(n, None))
+
+
+@dataclass
+class Rollout:
+    """(T, N) time-major arrays of N simulators' steps; `bootstrap` (N,) values the state after
+    the last step. `values` and `bootstrap` are the critic's: the actor's for on-policy
+    algorithms, the learner's current ones for off-policy ones (`Algorithm.off_policy`)."""
+
+    rewards: np.ndarray
+    dones: np.ndarray
+    values: np.ndarray
+    # log pi(a) of the policy that acted (the behaviour policy).
+    logp: np.ndarray
+    bootstrap: np.ndarray
+    # log pi(a) of the learner's current policy; None where the two are the same.
+    target_logp: np.ndarray | None = None

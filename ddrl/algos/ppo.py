@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from ddrl.algos.base import policy_terms
-from ddrl.algos.batch import Batch
+from ddrl.algos.batch import Batch, Rollout
 from ddrl.config import Config
 
 
@@ -59,15 +59,17 @@ def ppo_loss(logits: tf.Tensor, values: tf.Tensor, actions: tf.Tensor,
 class PPO:
     name = "ppo"
     fields = ("returns", "advantages", "logp", "values")
+    off_policy = False
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
 
-    def targets(self, rewards, dones, values, logp, bootstrap) -> dict[str, np.ndarray]:
-        adv, returns = gae(rewards, dones, values, bootstrap, self.cfg.node.gamma,
+    def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
+        r = rollout
+        adv, returns = gae(r.rewards, r.dones, r.values, r.bootstrap, self.cfg.node.gamma,
                            self.cfg.algo.gae_lambda)
-        return {"returns": returns, "advantages": adv, "logp": logp.astype(np.float32),
-                "values": values.astype(np.float32)}
+        return {"returns": returns, "advantages": adv, "logp": r.logp.astype(np.float32),
+                "values": r.values.astype(np.float32)}
 
     def loss(self, logits, values, actions, targets):
         a, o = self.cfg.algo, self.cfg.optim

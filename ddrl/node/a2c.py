@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from ddrl.algos.base import log_prob
-from ddrl.algos.batch import Batch
+from ddrl.algos.batch import Batch, Rollout
 from ddrl.config import Config
 from ddrl.envs import SimPool, Step
 from ddrl.node.base import Node
@@ -98,8 +98,10 @@ class A2CNode(Node):
         # (t_max, n_sim, ...) arrays: time-major, simulators in a fixed order.
         obs, actions, acted_at, rewards, dones, values, logp = (np.stack(column)
                                                                  for column in zip(*steps))
-        targets = self.learner.algo.targets(rewards, dones.astype(np.float32), values, logp,
-                                            np.concatenate(bootstrap))
+        # Acting and learning weights differ by at most the first actions of each rollout, so
+        # off-policy algorithms take the actor's policy as the learner's here.
+        targets = self.learner.algo.targets(Rollout(rewards, dones.astype(np.float32), values,
+                                                    logp, np.concatenate(bootstrap)))
         size = n.t_max * n.n_sim
         return Batch(obs.reshape(size, *obs.shape[2:]), actions.reshape(size),
                      acted_at.reshape(size), {k: v.reshape(size) for k, v in targets.items()})

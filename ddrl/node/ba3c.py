@@ -1,6 +1,10 @@
 """The paper's BA3C node: predictor threads batch whichever simulators are ready, a FIFO of
 n-step segments decouples acting from training, and the trainer takes fixed-size batches.
 
+The algorithm computes its targets when the trainer takes a batch: on-policy ones (a2c, ppo)
+from what the actors recorded, off-policy ones (vtrace, appo) with the current weights, which
+is what corrects for the FIFO's policy lag.
+
 Each predictor owns a group of simulators in one ale-py vector env whose C++ threads step
 while the predictor runs inference (both release the GIL); the trainer runs concurrently.
 """
@@ -12,11 +16,12 @@ import time
 
 import numpy as np
 
+from ddrl.algos.base import log_prob
 from ddrl.algos.batch import Batch
 from ddrl.config import Config
 from ddrl.envs import SimPool
 from ddrl.node.base import Node
-from ddrl.node.experience import ExperienceFifo, SegmentBuilder
+from ddrl.node.experience import ExperienceFifo, SegmentBuilder, segments_batch
 from ddrl.node.learner import Learner, sample_actions
 
 
@@ -34,6 +39,9 @@ class BA3CNode(Node):
                                           name=f"predictor-{g}")
                          for g, pool in enumerate(self.pools)]
         self._error: BaseException | None = None
+        self._minibatch_rng = self.rng("minibatches")
+        # Minibatches of the last batch still to train on (several with PPO's epochs).
+        self._pending: list[Batch] = []
 
     @staticmethod
     def batch_sizes(cfg: Config) -> tuple[int, int]:
@@ -54,10 +62,13 @@ class BA3CNode(Node):
     def _predict_loop(self, group: int, pool) -> None:
         n = self.cfg.node
         rng = self.rng(f"actions{group}")
-        builders = [SegmentBuilder(n.t_max, n.gamma) for _ in range(pool.num_envs)]
-        # The observation and action each simulator is waiting on the result of.
+        builders = [SegmentBuilder(n.t_max) for _ in range(pool.num_envs)]
+        # What each simulator is waiting on the result of: the observation, the action chosen
+        # for it, its log-probability and the critic's value of the observation.
         last_obs: list[np.ndarray | None] = [None] * pool.num_envs
         last_action = np.zeros(pool.num_envs, np.int32)
+        last_logp = np.zeros(pool.num_envs, np.float32)
+        last_value = np.zeros(pool.num_envs, np.float32)
         while not self._stop.is_set():
             t0 = time.perf_counter()
             step = pool.recv()
@@ -65,29 +76,36 @@ class BA3CNode(Node):
             logits, values = self.learner.predict(step.obs)
             actions = sample_actions(logits, rng)
             pool.send(actions)
+            logp = log_prob(logits, actions)
             reward = self.bootstrap_truncated(step)
             t2 = time.perf_counter()
             update = self.update
             for i, env in enumerate(step.env_ids):
                 if last_obs[env] is not None:
                     done = bool(step.done[i])
-                    if builders[env].add(last_obs[env], last_action[env], float(reward[i]),
-                                         done, update):
-                        segment = builders[env].flush(0.0 if done else float(values[i]))
+                    if builders[env].add(last_obs[env], last_action[env], float(reward[i]), done,
+                                         last_logp[env], last_value[env], update):
+                        segment = builders[env].flush(step.obs[i], float(values[i]))
                         if not self.fifo.put(segment):
                             return
                 last_obs[env] = step.obs[i]
-                last_action[env] = actions[i]
+                last_action[env], last_logp[env], last_value[env] = actions[i], logp[i], values[i]
             with self._lock:
                 self.t_sim += t1 - t0
                 self.t_predict += t2 - t1
             self.record(len(step.env_ids) * pool.frames_per_step, step.episodes)
 
     def next_batch(self) -> Batch | None:
-        batch = self.fifo.take(self.cfg.node.batch_size)
-        if self._error is not None:
-            raise self._error
-        return batch
+        if not self._pending:
+            segments = self.fifo.take(self.cfg.node.batch_size)
+            if self._error is not None:
+                raise self._error
+            if segments is None:
+                return None
+            algo = self.learner.algo
+            batch = segments_batch(segments, algo, self.learner.predict)
+            self._pending = algo.minibatches(batch, self._minibatch_rng)
+        return self._pending.pop(0)
 
     def close(self) -> None:
         self._stop.set()

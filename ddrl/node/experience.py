@@ -1,54 +1,84 @@
-"""n-step segments per simulator, and the FIFO of data points between actors and trainer."""
+"""Segments of consecutive steps per simulator, the FIFO between actors and trainer, and the
+batch an algorithm trains on, cut from whole segments."""
 from __future__ import annotations
 
 import queue
 import threading
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
-from ddrl.algos.actor_critic import nstep_returns
-from ddrl.algos.batch import Batch
+from ddrl.algos.base import Algorithm, log_prob
+from ddrl.algos.batch import Batch, Rollout
+
+Predict = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass
+class Segment:
+    """One simulator's consecutive steps with what the actor knew when it chose each action.
+
+    Only the last step can be `done`; otherwise `next_obs` is the observation after the last
+    step and `bootstrap` the actor's value of it.
+    """
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    dones: np.ndarray
+    logp: np.ndarray
+    values: np.ndarray
+    acted_at: np.ndarray
+    next_obs: np.ndarray | None
+    bootstrap: float
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    def split(self, n: int) -> tuple["Segment", "Segment"]:
+        """The first n steps, bootstrapped on step n's observation, and the rest."""
+        head = [getattr(self, f)[:n] for f in _STEP_FIELDS]
+        tail = [getattr(self, f)[n:] for f in _STEP_FIELDS]
+        return (Segment(*head, next_obs=self.obs[n], bootstrap=float(self.values[n])),
+                Segment(*tail, next_obs=self.next_obs, bootstrap=self.bootstrap))
+
+
+_STEP_FIELDS = ("obs", "actions", "rewards", "dones", "logp", "values", "acted_at")
 
 
 class SegmentBuilder:
     """Collects one simulator's transitions until t_max steps or the end of its value chain."""
 
-    def __init__(self, t_max: int, gamma: float):
+    def __init__(self, t_max: int):
         self.t_max = t_max
-        self.gamma = gamma
-        self._obs: list[np.ndarray] = []
-        self._actions: list[int] = []
-        self._rewards: list[float] = []
-        self._dones: list[bool] = []
-        self._acted_at: list[int] = []
+        self._steps: list[tuple] = []
 
-    def add(self, obs: np.ndarray, action: int, reward: float, done: bool, acted_at: int) -> bool:
+    def add(self, obs: np.ndarray, action: int, reward: float, done: bool, logp: float,
+            value: float, acted_at: int) -> bool:
         """Returns True when the segment is complete and `flush` should be called."""
-        self._obs.append(obs)
-        self._actions.append(action)
-        self._rewards.append(reward)
-        self._dones.append(done)
-        self._acted_at.append(acted_at)
-        return done or len(self._actions) >= self.t_max
+        self._steps.append((obs, action, reward, done, logp, value, acted_at))
+        return done or len(self._steps) >= self.t_max
 
-    def flush(self, bootstrap_value: float) -> Batch:
-        returns = nstep_returns(np.array(self._rewards, np.float32),
-                                np.array(self._dones, np.float32), bootstrap_value, self.gamma)
-        batch = Batch(np.stack(self._obs), np.array(self._actions, np.int32),
-                      np.array(self._acted_at, np.int64), {"returns": returns})
-        self.__init__(self.t_max, self.gamma)
-        return batch
+    def flush(self, next_obs: np.ndarray | None, bootstrap: float) -> Segment:
+        """`next_obs` and its value `bootstrap` follow the last step (None and 0 if it ended)."""
+        obs, actions, rewards, dones, logp, values, acted_at = zip(*self._steps)
+        self._steps = []
+        return Segment(np.stack(obs), np.array(actions, np.int32), np.array(rewards, np.float32),
+                       np.array(dones, np.float32), np.array(logp, np.float32),
+                       np.array(values, np.float32), np.array(acted_at, np.int64),
+                       None if dones[-1] else next_obs, 0.0 if dones[-1] else bootstrap)
 
 
 class ExperienceFifo:
-    """Bounded FIFO of segments; `take` cuts exactly n data points, keeping the rest."""
+    """Bounded FIFO of segments; `take` cuts exactly n steps, keeping the rest."""
 
     def __init__(self, capacity_segments: int, stop: threading.Event):
-        self._q: queue.Queue[Batch] = queue.Queue(maxsize=max(1, capacity_segments))
+        self._q: queue.Queue[Segment] = queue.Queue(maxsize=max(1, capacity_segments))
         self._stop = stop
-        self._left: Batch | None = None
+        self._left: Segment | None = None
 
-    def put(self, segment: Batch) -> bool:
+    def put(self, segment: Segment) -> bool:
         """Blocks while full; False once the node is stopping."""
         while not self._stop.is_set():
             try:
@@ -58,7 +88,7 @@ class ExperienceFifo:
                 continue
         return False
 
-    def take(self, n: int) -> Batch | None:
+    def take(self, n: int) -> list[Segment] | None:
         parts, have = [], 0
         if self._left is not None:
             parts, have, self._left = [self._left], len(self._left), None
@@ -71,7 +101,42 @@ class ExperienceFifo:
                 continue
             parts.append(seg)
             have += len(seg)
-        batch = Batch.concat(parts) if len(parts) > 1 else parts[0]
         if have > n:
-            batch, self._left = batch.split(n)
-        return batch
+            parts[-1], self._left = parts[-1].split(len(parts[-1]) - (have - n))
+        return parts
+
+
+def segments_batch(segments: list[Segment], algo: Algorithm, predict: Predict) -> Batch:
+    """The algorithm's targets on the segments, as one batch in the segments' order.
+
+    Segments are right-aligned in a (T, N) time-major rollout, so each one's last step meets
+    its own bootstrap; the padding in front is never read. Off-policy algorithms get the
+    learner's current policy and values: one forward pass over the steps and the bootstrap
+    observations.
+    """
+    lengths = np.array([len(s) for s in segments])
+    T, N = int(lengths.max()), len(segments)
+    real = np.arange(T)[:, None] >= (T - lengths)[None, :]
+
+    def rollout(column: np.ndarray) -> np.ndarray:
+        out = np.zeros((T, N), np.float32)
+        out.T[real.T] = column
+        return out
+
+    def flat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(s, name) for s in segments])
+
+    obs, actions = flat("obs"), flat("actions")
+    values, bootstrap = flat("values"), np.array([s.bootstrap for s in segments], np.float32)
+    target_logp = None
+    if algo.off_policy:
+        ends = [i for i, s in enumerate(segments) if s.next_obs is not None]
+        rows = np.concatenate([obs, np.stack([segments[i].next_obs for i in ends])]) if ends else obs
+        logits, current = predict(rows)
+        target_logp = rollout(log_prob(logits[:len(obs)], actions))
+        values = current[:len(obs)]
+        bootstrap = np.zeros(N, np.float32)
+        bootstrap[ends] = current[len(obs):]
+    targets = algo.targets(Rollout(rollout(flat("rewards")), rollout(flat("dones")),
+                                   rollout(values), rollout(flat("logp")), bootstrap, target_logp))
+    return Batch(obs, actions, flat("acted_at"), {k: v.T[real.T] for k, v in targets.items()})

@@ -7,7 +7,10 @@ import tensorflow as tf
 
 from ddrl.algos.actor_critic import actor_critic_loss, clip_by_average_norm, nstep_returns
 from ddrl.algos.base import log_prob
+from ddrl.algos.batch import Rollout
 from ddrl.algos.ppo import gae, ppo_loss
+from ddrl.algos.vtrace import APPO, VTrace, vtrace
+from ddrl.config import Config
 
 RNG = np.random.default_rng(7)
 
@@ -30,22 +33,28 @@ def reference_nstep(rewards, dones, bootstrap, gamma):
     return out
 
 
-def reference_gae(rewards, dones, values, bootstrap, gamma, lam):
-    """A_t = sum_k (gamma lam)^k delta_{t+k} within the episode, from the TD errors."""
-    T, N = rewards.shape
-    nxt = np.vstack([values[1:], bootstrap[None]])
-    delta = rewards + gamma * nxt * (1 - dones) - values
+def reference_trace_sum(delta, dones, decay):
+    """out_t = sum_{k>=t} (prod_{i=t}^{k-1} decay_i) delta_k, the sum ending at the episode's
+    last step: GAE with decay gamma lam, V-trace with decay gamma c_i."""
+    T, N = delta.shape
     out = np.zeros((T, N))
     for n in range(N):
         for t in range(T):
-            acc, disc = 0.0, 1.0
+            acc, weight = 0.0, 1.0
             for k in range(t, T):
-                acc += disc * delta[k, n]
+                acc += weight * delta[k, n]
                 if dones[k, n]:
                     break
-                disc *= gamma * lam
+                weight *= decay[k, n]
             out[t, n] = acc
     return out
+
+
+def reference_gae(rewards, dones, values, bootstrap, gamma, lam):
+    """A_t = sum_k (gamma lam)^k delta_{t+k} within the episode, from the TD errors."""
+    nxt = np.vstack([values[1:], bootstrap[None]])
+    delta = rewards + gamma * nxt * (1 - dones) - values
+    return reference_trace_sum(delta, dones, np.full(delta.shape, gamma * lam))
 
 
 def rollout(T=9, N=5):
@@ -151,3 +160,78 @@ def test_clip_by_average_norm_bounds_the_average_norm():
     np.testing.assert_allclose(np.linalg.norm(clipped) / 100, 0.1, rtol=1e-5)
     small = tf.constant(np.full(100, 1e-4, np.float32))
     np.testing.assert_allclose(clip_by_average_norm(small, 0.1).numpy(), small.numpy())
+
+
+def reference_vtrace(rewards, dones, values, bootstrap, mu, pi, gamma, rho_bar, c_bar):
+    """IMPALA's eq. (1) summed term by term: v_s = V(x_s) + sum_{t>=s} gamma^(t-s)
+    (prod_{i=s}^{t-1} c_i) delta_t, the sum ending at the episode's last step."""
+    ratio = np.exp(pi - mu)
+    rho, c = np.minimum(rho_bar, ratio), np.minimum(c_bar, ratio)
+    nxt = np.vstack([values[1:], bootstrap[None]])
+    delta = rho * (rewards + gamma * nxt * (1 - dones) - values)
+    vs = values + reference_trace_sum(delta, dones, gamma * c)
+    next_vs = np.vstack([vs[1:], bootstrap[None]])
+    return vs, rewards + gamma * next_vs * (1 - dones), rho
+
+
+@pytest.mark.parametrize("rho_bar,c_bar", [(1.0, 1.0), (2.0, 0.5), (100.0, 100.0)])
+def test_vtrace_matches_the_definition(rho_bar, c_bar):
+    rewards, dones, values, bootstrap = rollout()
+    mu = np.log(RNG.uniform(0.05, 1, rewards.shape))
+    pi = np.log(RNG.uniform(0.05, 1, rewards.shape))
+    got = vtrace(rewards, dones, values, bootstrap, mu, pi, 0.99, rho_bar, c_bar)
+    want = reference_vtrace(rewards, dones, values, bootstrap, mu, pi, 0.99, rho_bar, c_bar)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    if rho_bar < 100:  # truncation takes effect: some weights hit the clip, some stay below
+        assert (got[2] == np.float32(rho_bar)).any() and (got[2] < rho_bar).any()
+
+
+def test_vtrace_on_policy_is_the_nstep_return():
+    rewards, dones, values, bootstrap = rollout()
+    logp = np.log(RNG.uniform(0.05, 1, rewards.shape))
+    vs, q, rho = vtrace(rewards, dones, values, bootstrap, logp, logp, 0.99, 1.0, 1.0)
+    np.testing.assert_allclose(vs, nstep_returns(rewards, dones, bootstrap, 0.99), rtol=1e-4,
+                               atol=1e-5)
+    np.testing.assert_allclose(rho, 1.0)
+
+
+def test_vtrace_ends_the_trace_at_a_done_and_ignores_the_bootstrap_there():
+    rewards = np.array([[1.0], [2.0]], np.float32)
+    values = np.array([[0.5], [0.25]], np.float32)
+    dones = np.array([[1.0], [0.0]], np.float32)
+    zeros = np.zeros((2, 1))
+    vs, q, _ = vtrace(rewards, dones, values, np.array([4.0], np.float32), zeros, zeros, 0.5,
+                      1.0, 1.0)
+    np.testing.assert_allclose(vs[:, 0], [1.0, 2.0 + 0.5 * 4.0])
+    np.testing.assert_allclose(q[:, 0], [1.0, 4.0])
+
+
+def test_vtrace_and_appo_targets():
+    cfg = Config()
+    rewards, dones, values, bootstrap = rollout()
+    mu = np.log(RNG.uniform(0.05, 1, rewards.shape)).astype(np.float32)
+    pi = np.log(RNG.uniform(0.05, 1, rewards.shape)).astype(np.float32)
+    r = Rollout(rewards, dones, values, mu, bootstrap, pi)
+    vs, q, rho = vtrace(rewards, dones, values, bootstrap, mu, pi, cfg.node.gamma, 1.0, 1.0)
+    v = VTrace(cfg).targets(r)
+    np.testing.assert_allclose(v["returns"], vs)
+    np.testing.assert_allclose(v["advantages"], rho * (q - values), rtol=1e-6)
+    a = APPO(cfg).targets(r)
+    np.testing.assert_allclose(a["advantages"], q - values, rtol=1e-6)
+    np.testing.assert_array_equal(a["logp"], mu)
+
+
+def test_actor_critic_loss_takes_given_advantages_for_the_policy_only():
+    logits = RNG.standard_normal((8, 3)).astype(np.float32)
+    values = RNG.standard_normal(8).astype(np.float32)
+    actions = RNG.integers(0, 3, 8).astype(np.int32)
+    returns = RNG.standard_normal(8).astype(np.float32)
+    adv = RNG.standard_normal(8).astype(np.float32)
+    _, stats = actor_critic_loss(tf.constant(logits), tf.constant(values), tf.constant(actions),
+                                 tf.constant(returns), 0.01, 0.5, advantages=tf.constant(adv))
+    p = softmax(logits)
+    np.testing.assert_allclose(float(stats["policy_loss"]),
+                               -np.mean(np.log(p[np.arange(8), actions]) * adv), rtol=1e-5)
+    np.testing.assert_allclose(float(stats["value_loss"]), np.mean((returns - values) ** 2),
+                               rtol=1e-5)

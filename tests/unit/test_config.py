@@ -34,9 +34,9 @@ def test_overrides_are_toml_literals_and_coerced():
     ("node.n_sim=100000", "config key node.n_sim: 100000 is out of range (must be <= 4096)"),
     ("run.max_frames=1000", "config key run.max_frames: 1,000 is less than one rollout of one rank"),
     ("eval.episodes=0", "config key eval.target: 18 can never be reached with eval.episodes = 0"),
-    ("algo.name=dqn", "config key algo.name: 'dqn' is not one of a2c, ppo"),
+    ("algo.name=dqn", "config key algo.name: 'dqn' is not one of a2c, ppo, vtrace, appo"),
+    ("algo.rho_clip=0", "config key algo.rho_clip: 0.0 is out of range (must be > 0.0)"),
     ("algo.gae_lambda=1.5", "config key algo.gae_lambda: 1.5 is out of range"),
-    ("node.mode=ba3c", "config key algo.name: 'ppo' needs node.mode = 'a2c'"),
     ("algo.minibatches=100000", "config key algo.minibatches: more minibatches than data points"),
     ("env.size=20", "config key env.size: 20 is out of range"),
     ("optim.max_grad_norm=-1", "config key optim.max_grad_norm: -1.0 is out of range"),
@@ -45,6 +45,12 @@ def test_overrides_are_toml_literals_and_coerced():
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(DdrlError, match=re.escape(message)):
         load_config(JOBS / "pong-ppo.toml", [override])
+
+
+def test_ba3c_minibatches_must_fit_its_batch():
+    load_config(JOBS / "pong-ppo.toml", ["node.mode=ba3c", "algo.name=appo"])
+    with pytest.raises(DdrlError, match="more minibatches than data points in a batch"):
+        load_config(JOBS / "pong-ppo.toml", ["node.mode=ba3c", "node.batch_size=2"])
 
 
 def test_ps_mode_refuses_a_learning_rate_schedule():

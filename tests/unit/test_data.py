@@ -7,10 +7,12 @@ import threading
 import numpy as np
 
 from ddrl import output
-from ddrl.algos.batch import Batch
+from ddrl.algos.actor_critic import A2C, nstep_returns
+from ddrl.algos.batch import Batch, Rollout
 from ddrl.algos.ppo import PPO
+from ddrl.algos.vtrace import VTrace
 from ddrl.config import Config
-from ddrl.node.experience import ExperienceFifo, SegmentBuilder
+from ddrl.node.experience import ExperienceFifo, Segment, SegmentBuilder, segments_batch
 
 
 def batch(lo: int, hi: int) -> Batch:
@@ -19,15 +21,28 @@ def batch(lo: int, hi: int) -> Batch:
                  {"returns": idx.astype(np.float32)})
 
 
+def segment(lo: int, hi: int, done: bool = False) -> Segment:
+    idx = np.arange(lo, hi)
+    f = idx.astype(np.float32)
+    dones = np.zeros(len(idx), np.float32)
+    dones[-1] = done
+    return Segment(idx[:, None].astype(np.uint8), idx.astype(np.int32), f, dones, -f / 100,
+                   f * 10, idx.astype(np.int64), None if done else np.array([hi], np.uint8),
+                   0.0 if done else 10.0 * hi)
+
+
 def test_fifo_take_cuts_exactly_and_keeps_the_rest():
     fifo = ExperienceFifo(8, threading.Event())
     for lo in (0, 5, 10):
-        assert fifo.put(batch(lo, lo + 5))
+        assert fifo.put(segment(lo, lo + 5))
     first = fifo.take(7)
     second = fifo.take(8)
-    assert first.actions.tolist() == list(range(7))
-    assert second.actions.tolist() == list(range(7, 15))
-    assert second.targets["returns"].tolist() == list(range(7, 15))
+    assert [len(s) for s in first] == [5, 2] and [len(s) for s in second] == [3, 5]
+    assert np.concatenate([s.actions for s in first]).tolist() == list(range(7))
+    assert np.concatenate([s.actions for s in second]).tolist() == list(range(7, 15))
+    # The cut segment's head is bootstrapped on the first observation of its tail.
+    assert first[1].next_obs.tolist() == [7] and first[1].bootstrap == 70.0
+    assert second[0].next_obs.tolist() == [10] and second[0].bootstrap == 100.0
 
 
 def test_fifo_take_returns_none_once_stopping():
@@ -35,16 +50,57 @@ def test_fifo_take_returns_none_once_stopping():
     fifo = ExperienceFifo(2, stop)
     stop.set()
     assert fifo.take(1) is None
-    assert not fifo.put(batch(0, 1))
+    assert not fifo.put(segment(0, 1))
 
 
 def test_segment_ends_at_t_max_or_done():
-    seg = SegmentBuilder(t_max=3, gamma=0.5)
+    seg = SegmentBuilder(t_max=3)
     obs = np.zeros(2, np.uint8)
-    assert not seg.add(obs, 0, 1.0, False, 0)
-    assert seg.add(obs, 1, 1.0, True, 0)
-    out = seg.flush(bootstrap_value=100.0)
-    np.testing.assert_allclose(out.targets["returns"], [1.5, 1.0])
+    assert not seg.add(obs, 0, 1.0, False, -0.1, 0.5, 0)
+    assert seg.add(obs, 1, 1.0, True, -0.2, 0.6, 0)
+    out = seg.flush(obs, bootstrap=100.0)
+    assert out.next_obs is None and out.bootstrap == 0.0
+    np.testing.assert_allclose(out.logp, [-0.1, -0.2])
+    assert seg.add(obs, 0, 1.0, False, -0.1, 0.5, 0) is False
+
+
+def test_segments_batch_gives_each_segment_its_own_nstep_returns():
+    cfg = Config()
+    cfg.node.gamma = 0.5
+    parts = [segment(0, 3), segment(3, 4, done=True), segment(4, 9)]
+    out = segments_batch(parts, A2C(cfg), predict=None)
+    expect = np.concatenate([
+        nstep_returns(s.rewards[:, None], s.dones[:, None], np.array([s.bootstrap]), 0.5)[:, 0]
+        for s in parts])
+    assert out.actions.tolist() == list(range(9)) and out.acted_at.tolist() == list(range(9))
+    np.testing.assert_allclose(out.targets["returns"], expect, rtol=1e-6)
+
+
+def test_segments_batch_gives_off_policy_algorithms_the_current_policy():
+    cfg = Config()
+    parts = [segment(0, 3), segment(3, 5, done=True)]
+    seen = []
+
+    def predict(obs):
+        seen.append(obs[:, 0].tolist())
+        logits = np.zeros((len(obs), 5), np.float32)
+        return logits, obs[:, 0].astype(np.float32)
+
+    out = segments_batch(parts, VTrace(cfg), predict)
+    # One forward pass: every step, then the bootstrap observation of the unfinished segment.
+    assert seen == [[0, 1, 2, 3, 4, 3]]
+    rollout = Rollout(np.array([[0, 0], [1, 3], [2, 4]], np.float32),
+                      np.array([[0, 0], [0, 0], [0, 1]], np.float32),
+                      np.array([[0, 0], [1, 3], [2, 4]], np.float32),
+                      np.array([[0, 0], [-0.01, -0.03], [-0.02, -0.04]], np.float32),
+                      np.array([3, 0], np.float32),
+                      np.full((3, 2), np.log(1 / 5), np.float32))
+    rollout.logp[0, 0] = 0.0
+    expect = VTrace(cfg).targets(rollout)
+    real = [(0, 0), (1, 0), (2, 0), (1, 1), (2, 1)]
+    for key in ("returns", "advantages"):
+        np.testing.assert_allclose(out.targets[key], [expect[key][t, n] for t, n in real],
+                                   rtol=1e-6)
 
 
 def test_ppo_minibatches_cover_every_point_once_per_epoch():
