@@ -7,7 +7,7 @@ import importlib
 import os
 import sys
 
-from ddrl.errors import DdrlError
+from ddrl.errors import DdrlError, EveryRankError
 from ddrl.output import say
 
 # command -> (module, help). Each module has `add_arguments(parser)` and `run(args) -> int`;
@@ -44,6 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     try:
         return importlib.import_module(COMMANDS[args.command][0]).run(args) or 0
+    except EveryRankError as exc:
+        from ddrl.distributed.world import launcher_rank
+
+        if launcher_rank() == 0:
+            say(f"ddrl: error: {exc}", err=True)
+        return 2
     except DdrlError as exc:
         say(f"ddrl: error: {exc}", err=True)
         return 2

@@ -103,7 +103,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ddrl.config import load_config
     from ddrl.envs import check_env_id, env_spec
-    from ddrl.node.learner import Learner
 
     target = Path(args.target)
     if target.is_dir() and args.best:
@@ -112,12 +111,17 @@ def run(args: argparse.Namespace) -> int:
         run_dir, ckpt_path = target, checkpoint.latest(target / "checkpoints")
         if ckpt_path is None:
             raise DdrlError(f"no checkpoint in {target / 'checkpoints'}")
-    elif target.suffix == ".npz" or target.exists():
+    elif target.is_file():
         run_dir, ckpt_path = target.parent.parent, target
+    elif target.suffix == ".npz":
+        raise DdrlError(f"no such checkpoint: {target}")
     else:
         raise DdrlError(f"no such run directory or checkpoint: {target}")
     cfg = load_config(run_dir / "config.toml", check_env=check_env_id)
     ckpt = checkpoint.load(ckpt_path)
+    # TensorFlow's start-up takes seconds: only once the inputs are known to be good.
+    from ddrl.node.learner import Learner
+
     learner = Learner(cfg, *env_spec(cfg))
     learner.set_weights(ckpt.weights)
     res = evaluate(cfg, learner, args.episodes or cfg.eval.episodes, args.seed)

@@ -12,7 +12,7 @@ from pathlib import Path
 from ddrl import checkpoint
 from ddrl.config import Config, load_config
 from ddrl.envs import check_env_id
-from ddrl.errors import DdrlError
+from ddrl.errors import DdrlError, EveryRankError
 from ddrl.output import say
 
 
@@ -67,11 +67,15 @@ def _check_writable(run_dir: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ddrl.distributed.sync import check_world
     from ddrl.distributed.world import discover
 
-    cfg = load_config(args.job, args.set, check_env=check_env_id)
-
-    world = discover(need_mpi=False)
+    try:
+        cfg = load_config(args.job, args.set, check_env=check_env_id)
+        world = discover(need_mpi=False)
+        check_world(cfg, world.size)
+    except DdrlError as exc:
+        raise EveryRankError(str(exc)) from None
     run_dir = Path(args.out) if args.out else default_run_dir(args.job)
     if world.comm is not None:
         run_dir = Path(world.comm.bcast(str(run_dir), root=0))

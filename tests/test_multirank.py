@@ -83,15 +83,18 @@ def test_a2c_is_reproducible_on_a_fixed_world(tmp_path):
 
 
 def test_a_frozen_rank_ends_an_allreduce_job_after_sync_timeout(run_dir):
-    """SIGSTOP: the rank is alive to mpirun but never joins the next all-reduce."""
-    cmd = [*mpirun(2), *DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir, *NO_EVAL,
+    """SIGSTOP: the rank is alive to mpirun but never joins the next all-reduce; the waiting
+    ranks name it, in one line."""
+    cmd = [*mpirun(3), *DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir, *NO_EVAL,
            "--set", "run.log_every=1", "--set", "sync.timeout=15",
            "--set", "run.max_frames=100000000", "--set", "run.checkpoint_minutes=0.01"]
     proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = freeze_rank(proc, run_dir, 1)
     assert proc.returncode != 0
-    assert "ddrl: error: rank 0 waited 15 s (sync.timeout) in all-reduce" in out, out[-3000:]
+    assert out.count("ddrl: error:") == 1, out[-3000:]
+    assert re.search(r"ddrl: error: rank 0 waited 15 s \(sync.timeout\) in all-reduce \d+ for "
+                     r"rank 1, which never joined", out), out[-3000:]
     # What was written before the freeze is intact.
     assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).update >= 1
     assert len(table(run_dir, "train")) >= 10

@@ -63,17 +63,15 @@ def is_server(cfg: Config, world: World) -> bool:
     return cfg.sync.mode == "ps" and world.rank >= world.size - cfg.sync.ps
 
 
-def split(cfg: Config, world: World):
-    """Check the PS options against the world, then give the workers a communicator of their
-    own, as if they were the whole job: (layout, this rank's part of the split). Every rank,
-    server or worker, calls it at the same point (the split is collective)."""
+def check(cfg: Config, world_size: int) -> Layout:
+    """The PS options against the world size."""
     s = cfg.sync
-    if world.size <= s.ps:
+    if world_size <= s.ps:
         raise DdrlError(f"sync.mode = 'ps' with sync.ps = {s.ps} needs at least {s.ps + 1} ranks "
-                        f"(one worker or more), got {world.size}")
+                        f"(one worker or more), got {world_size}")
     if s.backend != "mpi":
         raise DdrlError("sync.mode = 'ps' sends with mpi4py point to point: set sync.backend = 'mpi'")
-    layout = Layout.of(s.ps, world.size)
+    layout = Layout.of(s.ps, world_size)
     servers = [r for r in cfg.debug.slow_ranks if r >= layout.workers]
     if servers:
         raise DdrlError(f"config key debug.slow_ranks: rank {servers[0]} is a parameter server "
@@ -82,6 +80,14 @@ def split(cfg: Config, world: World):
         raise DdrlError("config key sync.aggregate: with sync.async = true every gradient is "
                         "applied on arrival; k-of-n is for synchronous updates")
     quorum(s.aggregate, layout.workers)
+    return layout
+
+
+def split(cfg: Config, world: World):
+    """Check the PS options against the world, then give the workers a communicator of their
+    own, as if they were the whole job: (layout, this rank's part of the split). Every rank,
+    server or worker, calls it at the same point (the split is collective)."""
+    layout = check(cfg, world.size)
     return layout, world.comm.Split(int(is_server(cfg, world)), world.rank)
 
 

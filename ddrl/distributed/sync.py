@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from ddrl.config import Config
-from ddrl.distributed.waiting import Watchdog
+from ddrl.distributed.waiting import RollCall, Watchdog
 from ddrl.distributed.world import World
 from ddrl.errors import DdrlError
-from ddrl.node.learner import Learner
+
+if TYPE_CHECKING:  # the learner brings TensorFlow, which check_world must not wait for
+    from ddrl.node.learner import Learner
 
 
 @dataclass
@@ -120,9 +122,10 @@ class MpiAllreduceSync(LocalSync):
         self._calls = 0
         # A rank that never joins (frozen, or its node lost without the launcher noticing)
         # would hold the others in the all-reduce forever.
-        self._watchdog = Watchdog(timeout, lambda: (
+        self._watchdog = Watchdog(timeout, lambda silent: (
             f"rank {world.rank} waited {timeout:g} s (sync.timeout) in all-reduce {self._calls} "
-            "for the other rank(s): one is frozen or lost; ending the job"))
+            f"for {_ranks(silent)}: frozen or lost; ending the job"),
+            RollCall(world.comm, grace=min(30.0, max(5.0, timeout / 10))))
 
     def broadcast(self, array: np.ndarray) -> np.ndarray:
         return bcast(self.world.comm, array)
@@ -145,6 +148,14 @@ class MpiAllreduceSync(LocalSync):
         seconds = time.perf_counter() - start
         return apply_if_finite(learner, self._buf[:n] / self.world.size, self._buf[n:].copy(),
                                self.world.size, seconds)
+
+
+def _ranks(ranks: list[int] | None) -> str:
+    if ranks is None:
+        return "the other rank(s)"
+    if not ranks:
+        return "the others, all waiting too (the network between them?)"
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}, which never joined"
 
 
 class HorovodSync(MpiAllreduceSync):
@@ -173,19 +184,29 @@ class HorovodSync(MpiAllreduceSync):
         self._hvd.shutdown()
 
 
-def make_sync(cfg: Config, world: World) -> Sync:
-    """The backend of a rank that runs the trainer loop (in PS mode, a worker rank)."""
-    backend = cfg.sync.backend
+def check_world(cfg: Config, world_size: int) -> None:
+    """The sync options against the world size: every rank reaches the same verdict, before
+    TensorFlow or the simulators start."""
     if cfg.sync.mode == "ps":
-        from ddrl.distributed.ps_worker import PsSync
+        from ddrl.distributed.ps import check
 
-        return PsSync(cfg, world)
+        check(cfg, world_size)
+        return
     if cfg.sync.aggregate != 1 or cfg.sync.async_:
         # A collective completes only when every rank has joined it and cannot be cancelled,
         # so neither leaving out late ranks nor applying early ones fits an all-reduce.
         raise DdrlError("sync.aggregate != 1 (k-of-n) and sync.async = true need sync.mode = 'ps'")
+    if world_size > 1 and cfg.sync.backend == "none":
+        raise DdrlError(f"{world_size} ranks but sync.backend = 'none': use 'mpi' or 'horovod'")
+
+
+def make_sync(cfg: Config, world: World) -> Sync:
+    """The backend of a rank that runs the trainer loop (in PS mode, a worker rank)."""
+    check_world(cfg, world.size)
+    if cfg.sync.mode == "ps":
+        from ddrl.distributed.ps_worker import PsSync
+
+        return PsSync(cfg, world)
     if world.size == 1:
         return LocalSync(world)
-    if backend == "none":
-        raise DdrlError(f"{world.size} ranks but sync.backend = 'none': use 'mpi' or 'horovod'")
-    return {"mpi": MpiAllreduceSync, "horovod": HorovodSync}[backend](world, cfg.sync.timeout)
+    return {"mpi": MpiAllreduceSync, "horovod": HorovodSync}[cfg.sync.backend](world, cfg.sync.timeout)

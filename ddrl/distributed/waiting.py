@@ -11,9 +11,12 @@ import threading
 import time
 from typing import Callable
 
+import numpy as np
+
 from ddrl.output import say
 
 EXIT_ABORTED = 4
+ROLL_CALL_TAG = 77
 
 
 class Backoff:
@@ -52,15 +55,57 @@ def abort(comm, message: str) -> None:
     comm.Abort(EXIT_ABORTED)
 
 
+class RollCall:
+    """Which ranks never joined a collective that timed out: each rank whose wait timed out
+    announces itself to all on a communicator of its own and listens for `grace` seconds
+    (the ranks entered the collective at about the same time, so their deadlines pass at about
+    the same time too); the ranks not heard from are the silent ones.
+
+    It runs on the watchdog thread while the main thread is inside the collective, which
+    needs MPI_THREAD_MULTIPLE (mpi4py asks for it); without it there is no roll call.
+    """
+
+    def __init__(self, comm, grace: float):
+        from mpi4py import MPI
+
+        self._comm = comm.Dup() if MPI.Query_thread() >= MPI.THREAD_MULTIPLE else None
+        self._grace = grace
+        self.rank = comm.Get_rank()
+
+    def silent(self) -> tuple[list[int], list[int]] | None:
+        """(silent ranks, waiting ranks), or None without a roll call."""
+        from mpi4py import MPI
+
+        if self._comm is None:
+            return None
+        comm, me, size = self._comm, self._comm.Get_rank(), self._comm.Get_size()
+        token = np.array([me], np.int32)
+        # Small messages go out eagerly: sends to a frozen rank complete all the same.
+        requests = [comm.Isend(token, dest=r, tag=ROLL_CALL_TAG) for r in range(size) if r != me]
+        heard, got, status = {me}, np.empty(1, np.int32), MPI.Status()
+        deadline = time.monotonic() + self._grace
+        while len(heard) < size and time.monotonic() < deadline:
+            if comm.Iprobe(source=MPI.ANY_SOURCE, tag=ROLL_CALL_TAG, status=status):
+                comm.Recv(got, source=status.Get_source(), tag=ROLL_CALL_TAG)
+                heard.add(int(got[0]))
+            else:
+                time.sleep(0.05)
+        del requests
+        return sorted(set(range(size)) - heard), sorted(heard)
+
+
 class Watchdog:
     """A deadline for blocking calls that cannot take one (MPI's and Horovod's all-reduce):
-    if a guarded call outlasts `timeout`, a watcher thread prints `message()` and ends the
-    process, and the launcher (mpirun, srun -K1) then ends the job. The guarded call stays the
-    fast blocking one; arming costs a lock and a notify."""
+    if a guarded call outlasts `timeout`, a watcher thread asks the roll call which ranks never
+    came, prints `message(silent)` once for the job (from the lowest waiting rank) and ends
+    the process, and the launcher (mpirun, srun -K1) then ends the job. The guarded call stays
+    the fast blocking one; arming costs a lock and a notify."""
 
-    def __init__(self, timeout: float, message: Callable[[], str]):
+    def __init__(self, timeout: float, message: Callable[[list[int] | None], str],
+                 roll_call: RollCall | None = None):
         self._timeout = timeout
         self._message = message
+        self._roll_call = roll_call
         self._armed_at: float | None = None
         self._cv = threading.Condition()
         threading.Thread(target=self._watch, daemon=True, name="ddrl-watchdog").start()
@@ -83,8 +128,13 @@ class Watchdog:
                     continue
                 left = self._armed_at + self._timeout - time.monotonic()
                 if left <= 0:
-                    say(f"ddrl: error: {self._message()}", err=True)
-                    # Not MPI_Abort: the main thread is inside MPI; exiting is what any
-                    # launcher notices.
-                    os._exit(EXIT_ABORTED)
+                    break
                 self._cv.wait(left)
+        found = self._roll_call.silent() if self._roll_call is not None else None
+        if found is None or found[1][0] == self._roll_call.rank:
+            say(f"ddrl: error: {self._message(None if found is None else found[0])}", err=True)
+        else:
+            # The lowest waiting rank speaks for all; it exits first and the launcher ends us.
+            time.sleep(5.0)
+        # Not MPI_Abort: the main thread is inside MPI; exiting is what any launcher notices.
+        os._exit(EXIT_ABORTED)

@@ -37,6 +37,15 @@ class World:
                 time.sleep(0.02)
 
 
+def launcher_rank() -> int:
+    """This process's rank as the launcher set it, read without starting MPI (0 when alone)."""
+    for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
 def launched_by_mpi_or_slurm() -> bool:
     return any(v in os.environ for v in _LAUNCHER_VARS)
 
