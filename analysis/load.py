@@ -14,6 +14,7 @@ from typing import Any, Iterable, NamedTuple
 import h5py
 import pandas as pd
 
+from ddrl.config import Config
 from ddrl.errors import DdrlError
 from ddrl.log import TABLES, open_log, read_table
 
@@ -45,8 +46,13 @@ class Run:
         return self.config.get(section, {}).get(name, default)
 
     def flat_config(self) -> dict[str, Any]:
-        """`section.key -> value`, plus `ranks` (the world size), for comparing runs."""
-        flat = {f"{sec}.{k}": v for sec, body in self.config.items() for k, v in body.items()}
+        """`section.key -> value`, plus `ranks` (the world size), for comparing runs.
+
+        A key the log lacks takes today's default: a log written before the key existed ran
+        with the behaviour its default keeps (and the one key that can be none, eval.target,
+        defaults to none), so an old run and a new one differ only where their settings do."""
+        flat = _flat(Config().to_dict())
+        flat.update(_flat(self.config))
         flat["ranks"] = self.world_size
         return flat
 
@@ -91,6 +97,10 @@ class Run:
         """`ALE/Breakout-v5` -> `Breakout`; `CartPole-v1` -> `CartPole`."""
         env_id = str(self.setting("env.id", "?"))
         return env_id.split("/")[-1].split("-v")[0]
+
+
+def _flat(config: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {f"{sec}.{k}": v for sec, body in config.items() for k, v in body.items()}
 
 
 def find_log(path: str | Path) -> Path:

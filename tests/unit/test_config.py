@@ -73,3 +73,17 @@ def test_config_knows_no_simulators_and_runs_the_game_check_it_is_given():
         # The game is vetted before the other checks, which depend on the kind of game.
         load_config(None, ["env.id=ALE/NoSuchGame-v5", "model.arch=mlp"], check_env=check)
     assert seen == ["ALE/NoSuchGame-v5"]
+
+
+def test_runs_compare_a_key_an_older_log_lacks_at_its_default():
+    from pathlib import Path
+
+    from analysis.load import Run
+    from analysis.summary import config_differences
+
+    old = Run(Path("old"), "old", {"algo": {"name": "a2c"}, "run": {"seed": 0}}, {})
+    new = Run(Path("new"), "new", {"algo": {"name": "a2c", "rho_clip": 1.0}, "run": {"seed": 1}}, {})
+    assert old.flat_config()["algo.rho_clip"] == 1.0
+    assert config_differences([old, new]) == ["run.seed"]
+    new.config["algo"]["rho_clip"] = 2.0
+    assert config_differences([old, new]) == ["algo.rho_clip", "run.seed"]
