@@ -51,8 +51,7 @@ class Run:
         A key the log lacks takes today's default: a log written before the key existed ran
         with the behaviour its default keeps (and the one key that can be none, eval.target,
         defaults to none), so an old run and a new one differ only where their settings do."""
-        flat = _flat(Config().to_dict())
-        flat.update(_flat(self.config))
+        flat = {**_DEFAULTS, **_flat(self.config)}
         flat["ranks"] = self.world_size
         return flat
 
@@ -101,6 +100,9 @@ class Run:
 
 def _flat(config: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {f"{sec}.{k}": v for sec, body in config.items() for k, v in body.items()}
+
+
+_DEFAULTS = _flat(Config().to_dict())
 
 
 def find_log(path: str | Path) -> Path:

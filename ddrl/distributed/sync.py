@@ -201,8 +201,8 @@ def check_world(cfg: Config, world_size: int) -> None:
 
 
 def make_sync(cfg: Config, world: World) -> Sync:
-    """The backend of a rank that runs the trainer loop (in PS mode, a worker rank)."""
-    check_world(cfg, world.size)
+    """The backend of a rank that runs the trainer loop (in PS mode, a worker rank), once
+    `check_world` has passed."""
     if cfg.sync.mode == "ps":
         from ddrl.distributed.ps_worker import PsSync
 

@@ -102,7 +102,7 @@ class Watchdog:
     the fast blocking one; arming costs a lock and a notify."""
 
     def __init__(self, timeout: float, message: Callable[[list[int] | None], str],
-                 roll_call: RollCall | None = None):
+                 roll_call: RollCall):
         self._timeout = timeout
         self._message = message
         self._roll_call = roll_call
@@ -130,9 +130,11 @@ class Watchdog:
                 if left <= 0:
                     break
                 self._cv.wait(left)
-        found = self._roll_call.silent() if self._roll_call is not None else None
-        if found is None or found[1][0] == self._roll_call.rank:
-            say(f"ddrl: error: {self._message(None if found is None else found[0])}", err=True)
+        found = self._roll_call.silent()
+        if found is None:
+            say(f"ddrl: error: {self._message(None)}", err=True)
+        elif found[1][0] == self._roll_call.rank:
+            say(f"ddrl: error: {self._message(found[0])}", err=True)
         else:
             # The lowest waiting rank speaks for all; it exits first and the launcher ends us.
             time.sleep(5.0)

@@ -127,9 +127,10 @@ def segments_batch(segments: list[Segment], algo: Algorithm, predict: Predict) -
         return np.concatenate([getattr(s, name) for s in segments])
 
     obs, actions = flat("obs"), flat("actions")
-    values, bootstrap = flat("values"), np.array([s.bootstrap for s in segments], np.float32)
-    target_logp = None
-    if algo.off_policy:
+    if not algo.off_policy:
+        values, bootstrap = flat("values"), np.array([s.bootstrap for s in segments], np.float32)
+        target_logp = None
+    else:
         ends = [i for i, s in enumerate(segments) if s.next_obs is not None]
         rows = np.concatenate([obs, np.stack([segments[i].next_obs for i in ends])]) if ends else obs
         logits, current = predict(rows)
