@@ -85,6 +85,9 @@ class OptimConfig:
     lr_scaling: str = "none"
     # "linear" decays the learning rate to 0 at run.max_frames.
     lr_schedule: str = "constant"
+    # "rmsprop" is centered RMSProp (decay beta2, momentum 0, eps added under the root), as
+    # Nature DQN trained.
+    optimizer: str = "adam"
 
 
 @dataclass
@@ -102,6 +105,24 @@ class AlgoConfig:
     # (rho-bar) and in the trace (c-bar); IMPALA's 1.0 for both.
     rho_clip: float = 1.0
     c_clip: float = 1.0
+    # DQN (with node.mode = "dqn"): Nature DQN's values (the concurrent-DQN paper's Table 5);
+    # counts are per rank, in agent steps (frame_skip frames each) unless named frames.
+    replay_frames: int = 1_000_000
+    prepopulate: int = 50_000
+    target_period: int = 10_000
+    train_period: int = 4
+    n_step: int = 1
+    double: bool = False
+    dueling: bool = False
+    eps_start: float = 1.0
+    eps_final: float = 0.1
+    eps_steps: int = 1_000_000
+    # The concurrent-DQN paper's two techniques: a trainer thread trains on the replay memory
+    # while the samplers act with the target network (concurrent); W samplers share one
+    # batched inference per step (synchronized) or each infer alone, on threads of their own.
+    concurrent: bool = False
+    samplers: int = 1
+    synchronized: bool = True
 
 
 @dataclass
@@ -128,6 +149,10 @@ class EvalConfig:
 class DebugConfig:
     slow_ranks: list[int] = field(default_factory=list)
     slow_factor: float = 1.0
+    # Fault injection: this rank stops itself (SIGSTOP) before the sync of this update, as a
+    # node hung in its own work (NFS, a driver) would; -1: none.
+    freeze_rank: int = -1
+    freeze_update: int = 10
 
 
 @dataclass
@@ -164,12 +189,13 @@ def _key(f: dataclasses.Field) -> str:
 
 
 _CHOICES = {
-    "node.mode": ("ba3c", "a2c"),
+    "node.mode": ("ba3c", "a2c", "dqn"),
     "model.arch": ("ddrl", "nature", "a3c", "mlp"),
     "model.precision": ("float32", "bfloat16"),
     "optim.lr_scaling": ("none", "sqrt", "linear"),
     "optim.lr_schedule": ("constant", "linear"),
-    "algo.name": ("a2c", "ppo", "vtrace", "appo"),
+    "algo.name": ("a2c", "ppo", "vtrace", "appo", "dqn"),
+    "optim.optimizer": ("adam", "rmsprop"),
     "sync.backend": ("none", "mpi", "horovod"),
     "sync.mode": ("allreduce", "ps"),
 }
@@ -194,6 +220,11 @@ _RANGES = {
     "algo.clip": (0.0, None, False), "algo.gae_lambda": (0.0, 1.0, True),
     "algo.epochs": (1, None, True), "algo.minibatches": (1, None, True),
     "algo.rho_clip": (0.0, None, False), "algo.c_clip": (0.0, None, False),
+    "algo.replay_frames": (1, None, True), "algo.prepopulate": (0, None, True),
+    "algo.target_period": (1, None, True), "algo.train_period": (1, None, True),
+    "algo.n_step": (1, None, True), "algo.eps_start": (0.0, 1.0, True),
+    "algo.eps_final": (0.0, 1.0, True), "algo.eps_steps": (1, None, True),
+    "algo.samplers": (1, 1024, True),
     "optim.value_coef": (0.0, None, True),
     "sync.ps": (0, None, True), "sync.aggregate": (0.0, None, False),
     "sync.timeout": (0.0, None, False), "eval.every": (1, None, True),
@@ -301,12 +332,34 @@ def validate(cfg: Config) -> None:
                         "learning rate; use sync.mode = 'allreduce'")
     if cfg.sync.mode == "ps" and cfg.sync.ps < 1:
         raise DdrlError("config key sync.ps: sync.mode = 'ps' needs at least 1 parameter server")
+    _validate_dqn(cfg)
     if cfg.model.arch == "ddrl" and cfg.env.size < 52:
         raise DdrlError("config key env.size: the 'ddrl' net needs frames of at least 52x52")
     if cfg.model.arch == "mlp" and cfg.is_atari:
         raise DdrlError("config key model.arch: 'mlp' is for vector observations, not Atari")
     if cfg.model.arch != "mlp" and not cfg.is_atari:
         raise DdrlError(f"config key model.arch: {cfg.model.arch!r} needs image observations; use 'mlp'")
+
+
+def _validate_dqn(cfg: Config) -> None:
+    dqn_algo, dqn_node = cfg.algo.name == "dqn", cfg.node.mode == "dqn"
+    if dqn_algo != dqn_node:
+        raise DdrlError("config keys algo.name and node.mode: DQN learns from a replay memory, "
+                        "so algo.name = 'dqn' and node.mode = 'dqn' go together")
+    if not dqn_algo:
+        return
+    a = cfg.algo
+    if cfg.sync.mode == "ps":
+        raise DdrlError("config key sync.mode: DQN sums every minibatch gradient across ranks; "
+                        "use sync.mode = 'allreduce'")
+    if a.concurrent and a.target_period % a.train_period:
+        raise DdrlError(f"config key algo.target_period: {a.target_period} is not a multiple of "
+                        f"algo.train_period ({a.train_period}), so concurrent training cannot "
+                        "train target_period / train_period minibatches per period")
+    stack = 4 if cfg.is_atari else 1
+    if a.replay_frames < a.samplers * (stack + a.n_step + 1) * 2:
+        raise DdrlError(f"config key algo.replay_frames: {a.replay_frames} frames cannot hold "
+                        f"{a.samplers} samplers' stacks and {a.n_step}-step transitions")
 
 
 def load_config(path: str | Path | None, overrides: list[str] = (),

@@ -49,6 +49,19 @@ def cpu_features() -> list[str]:
     return [f for f in CPU_FLAGS if f in flags]
 
 
+def cpu_summary() -> str:
+    """The CPU's model name, cores available to this process and vector features: what every
+    measured figure is quoted with."""
+    try:
+        model = next(line.split(":", 1)[1].strip()
+                     for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name"))
+    except (OSError, StopIteration):
+        model = platform.processor() or platform.machine()
+    return (f"{model}, {len(os.sched_getaffinity(0))} cores, "
+            f"features: {' '.join(cpu_features()) or '-'}")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", nargs="*", metavar="ARCH",
                    help="print parameter count and forward FLOPs per observation of these nets")
@@ -58,8 +71,7 @@ def run(args: argparse.Namespace) -> int:
     for k, v in versions().items():
         print(f"{k:16s} {v}")
     print(f"{'horovod build':16s} {horovod_build()}")
-    print(f"{'cpu':16s} {platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} cores, "
-          f"features: {' '.join(cpu_features()) or '-'}")
+    print(f"{'cpu':16s} {cpu_summary()}")
     if args.model is not None:
         from ddrl.config import ModelConfig
         from ddrl.models import build_model, forward_flops

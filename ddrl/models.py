@@ -1,4 +1,5 @@
-"""Actor-critic networks: the paper's BA3C net, the Nature CNN, the small A3C net, and an MLP."""
+"""Networks: the paper's BA3C net, the Nature CNN, the small A3C net and an MLP, each with an
+actor-critic head or a Q head (plain or dueling) for DQN."""
 from __future__ import annotations
 
 import tensorflow as tf
@@ -26,8 +27,11 @@ CONV_STACKS = {
 FC_WIDTH = {"nature": 512, "a3c": 256}
 
 
-def build_model(cfg: ModelConfig, obs_shape: tuple[int, ...], n_actions: int) -> tf.keras.Model:
-    """Outputs (policy logits, value), both float32 whatever the compute precision."""
+def build_model(cfg: ModelConfig, obs_shape: tuple[int, ...], n_actions: int,
+                head: str = "actor_critic") -> tf.keras.Model:
+    """Outputs two float32 tensors whatever the compute precision: (policy logits, value) with
+    the actor-critic head; (Q-values, max_a Q) with a Q head ("q", or "dueling": V + A - mean A),
+    so that the greedy action is the argmax of the first output for every head."""
     tf.keras.mixed_precision.set_global_policy(
         "mixed_bfloat16" if cfg.precision == "bfloat16" else "float32")
     if cfg.arch == "mlp":
@@ -51,6 +55,12 @@ def build_model(cfg: ModelConfig, obs_shape: tuple[int, ...], n_actions: int) ->
     # Image nets: a small policy head starts the policy uniform, whatever the features. The
     # MLP keeps Keras' defaults, on which the CartPole checks and figures were measured.
     image = cfg.arch != "mlp"
+    if head != "actor_critic":
+        q = L.Dense(n_actions, dtype="float32", name="q")(x)
+        if head == "dueling":
+            value = L.Dense(1, dtype="float32", name="state_value")(x)
+            q = value + q - tf.reduce_mean(q, axis=-1, keepdims=True)
+        return tf.keras.Model(inputs, [q, tf.reduce_max(q, axis=-1)], name=f"{cfg.arch}-{head}")
     logits = L.Dense(n_actions, dtype="float32", name="policy",
                      kernel_initializer=_orthogonal(0.01) if image else "glorot_uniform")(x)
     value = L.Dense(1, dtype="float32", name="value",

@@ -1,4 +1,5 @@
-"""Adam with the paper's tuned constants, and learning-rate scaling rules for many workers."""
+"""Adam with the paper's tuned constants (or Nature DQN's centered RMSProp), and learning-rate
+scaling rules for many workers."""
 from __future__ import annotations
 
 import math
@@ -22,7 +23,11 @@ def scheduled_lr(cfg: OptimConfig, base: float, progress: float) -> float:
     return base
 
 
-def make_adam(cfg: OptimConfig, workers: int) -> tf.keras.optimizers.Adam:
+def make_optimizer(cfg: OptimConfig, workers: int) -> tf.keras.optimizers.Optimizer:
+    if cfg.optimizer == "rmsprop":
+        # Keras adds epsilon under the square root, as DeepMind's DQN did (eps 0.01 there).
+        return tf.keras.optimizers.RMSprop(learning_rate=scaled_lr(cfg, workers), rho=cfg.beta2,
+                                           momentum=0.0, epsilon=cfg.eps, centered=True)
     # Keras' epsilon is TF1's "epsilon hat" (added to sqrt(v_hat)), as in the authors' TF 1.2 code.
     return tf.keras.optimizers.Adam(learning_rate=scaled_lr(cfg, workers), beta_1=cfg.beta1,
                                     beta_2=cfg.beta2, epsilon=cfg.eps)

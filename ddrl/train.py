@@ -98,7 +98,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
     from ddrl.cpus import configure_tensorflow, cores_per_rank
 
     configure_tensorflow(cores_per_rank(cfg.node.threads, world.local_size),
-                         deterministic=cfg.node.mode == "a2c")
+                         deterministic=cfg.node.mode in ("a2c", "dqn"))
     import tensorflow as tf
 
     from ddrl.distributed.ps import is_server
@@ -164,6 +164,10 @@ def node_class(cfg: Config) -> type:
         from ddrl.node.a2c import A2CNode
 
         return A2CNode
+    if cfg.node.mode == "dqn":
+        from ddrl.node.dqn import DQNNode
+
+        return DQNNode
     from ddrl.node.ba3c import BA3CNode
 
     return BA3CNode

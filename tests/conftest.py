@@ -57,17 +57,30 @@ def run_dir(tmp_path: Path) -> Path:
     return tmp_path / "run"
 
 
-def rank_pid(run_dir: Path, rank: int) -> int:
-    """The process of one rank of the job that writes to run_dir."""
-    for proc in Path("/proc").iterdir():
-        try:
-            if str(run_dir) in (proc / "cmdline").read_text():
-                env = (proc / "environ").read_bytes().split(b"\0")
-                if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
-                    return int(proc.name)
-        except (OSError, ValueError):
-            continue
-    raise AssertionError(f"no process of rank {rank}")
+def assert_solved(run_dir: Path, label: str, score: float = 400.0) -> None:
+    """Some evaluation reached `score` (CartPole's check that a run learned)."""
+    evals = table(run_dir, "eval")
+    solved = evals[evals["mean_return"] >= score]
+    assert len(solved), f"{label}: best eval {evals['mean_return'].max()}"
+    print(f"{label}: solved at {solved['frames'][0]} frames, {solved['wall_time'][0]:.1f} s")
+
+
+def rank_pid(run_dir: Path, rank: int, wait: float = 0.0) -> int:
+    """The process of one rank of the job that writes to run_dir (waiting up to `wait`
+    seconds for it to start)."""
+    deadline = time.monotonic() + wait
+    while True:
+        for proc in Path("/proc").iterdir():
+            try:
+                if str(run_dir) in (proc / "cmdline").read_text():
+                    env = (proc / "environ").read_bytes().split(b"\0")
+                    if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+                        return int(proc.name)
+            except (OSError, ValueError):
+                continue
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no process of rank {rank}")
+        time.sleep(0.2)
 
 
 def wait_for_updates(proc: subprocess.Popen, run_dir: Path, updates: int) -> None:
@@ -79,6 +92,12 @@ def wait_for_updates(proc: subprocess.Popen, run_dir: Path, updates: int) -> Non
                     return
         time.sleep(0.5)
     raise AssertionError("the run made no progress")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def freeze_rank(proc: subprocess.Popen, run_dir: Path, rank: int) -> str:
@@ -98,3 +117,12 @@ def freeze_rank(proc: subprocess.Popen, run_dir: Path, rank: int) -> str:
             except ProcessLookupError:
                 pass
     return out
+
+
+def wait_stopped(pid: int, timeout: float = 120) -> None:
+    """Until the process is stopped (state T), as a rank that froze itself is."""
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} never stopped")
+        time.sleep(0.2)

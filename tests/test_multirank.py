@@ -1,8 +1,11 @@
 """Several real ranks under mpirun: identical weights, equivalent learning, world checks."""
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -11,12 +14,14 @@ from conftest import (
     JOBS,
     NO_EVAL,
     ROOT,
+    cpu_seconds,
     ddrl,
     env_for_tests,
-    freeze_rank,
     mpirun,
+    rank_pid,
     root_attrs,
     table,
+    wait_stopped,
 )
 
 from ddrl import checkpoint
@@ -83,17 +88,35 @@ def test_a2c_is_reproducible_on_a_fixed_world(tmp_path):
 
 
 def test_a_frozen_rank_ends_an_allreduce_job_after_sync_timeout(run_dir):
-    """SIGSTOP: the rank is alive to mpirun but never joins the next all-reduce; the waiting
-    ranks name it, in one line."""
+    """Rank 1 stops itself after 1000 updates (seconds into the run, after the first
+    checkpoints), as a node hung in its own work would (alive to
+    mpirun, silent to the others): the waiting ranks do not spin a core, and after
+    sync.timeout they name it, in one line."""
     cmd = [*mpirun(3), *DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir, *NO_EVAL,
            "--set", "run.log_every=1", "--set", "sync.timeout=15",
-           "--set", "run.max_frames=100000000", "--set", "run.checkpoint_minutes=0.01"]
+           "--set", "run.max_frames=100000000", "--set", "run.checkpoint_minutes=0.01",
+           "--set", "debug.freeze_rank=1", "--set", "debug.freeze_update=1000"]
     proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out = freeze_rank(proc, run_dir, 1)
+    frozen = None
+    try:
+        frozen, waiting = rank_pid(run_dir, 1, wait=120), rank_pid(run_dir, 0)
+        wait_stopped(frozen)
+        # CPU time, which the machine's load does not inflate; a busy-polling wait is 1.0.
+        time.sleep(2.0)
+        used, start = cpu_seconds(waiting), time.monotonic()
+        time.sleep(5.0)
+        share = (cpu_seconds(waiting) - used) / (time.monotonic() - start)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        if frozen is not None:
+            os.kill(frozen, signal.SIGKILL)
+    print(f"rank 0 used {share:.1%} of a core while it waited")
+    assert share < 0.25, f"rank 0 used {share:.0%} of a core while it waited"
     assert proc.returncode != 0
     assert out.count("ddrl: error:") == 1, out[-3000:]
-    assert re.search(r"ddrl: error: rank 0 waited 15 s \(sync.timeout\) in all-reduce \d+ for "
+    assert re.search(r"ddrl: error: rank 0 waited 15 s \(sync.timeout\) in all-reduce 1001 for "
                      r"rank 1, which never joined", out), out[-3000:]
     # What was written before the freeze is intact.
     assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).update >= 1

@@ -9,7 +9,7 @@ import time
 import h5py
 import numpy as np
 import pytest
-from conftest import DDRL, JOBS, ROOT, ddrl, env_for_tests, root_attrs, table
+from conftest import DDRL, JOBS, ROOT, assert_solved, ddrl, env_for_tests, root_attrs, table
 
 CARTPOLE_BUDGET = 300_000
 
@@ -23,10 +23,7 @@ def test_cartpole_learns(mode, algo, run_dir):
                "--set", f"algo.name={algo}", "--set", "algo.epochs=2", "--set",
                "algo.minibatches=2", "--set", f"run.max_frames={CARTPOLE_BUDGET}", timeout=240)
     assert res.returncode == 0, res.stderr
-    evals = table(run_dir, "eval")
-    solved = evals[evals["mean_return"] >= 400]
-    assert len(solved), f"best eval {evals['mean_return'].max()}"
-    print(f"{mode} {algo}: solved at {solved['frames'][0]} frames, {solved['wall_time'][0]:.1f} s")
+    assert_solved(run_dir, f"{mode} {algo}")
     assert "stopped (target)" in res.stdout
     train = table(run_dir, "train")
     assert len(train) and np.all(np.diff(train["update"]) > 0)

@@ -9,7 +9,8 @@ __all__ = ["STAT_NAMES", "Algorithm", "make_algorithm"]
 
 def make_algorithm(cfg: Config) -> Algorithm:
     from ddrl.algos.actor_critic import A2C
+    from ddrl.algos.dqn import DQN
     from ddrl.algos.ppo import PPO
     from ddrl.algos.vtrace import APPO, VTrace
 
-    return {"a2c": A2C, "ppo": PPO, "vtrace": VTrace, "appo": APPO}[cfg.algo.name](cfg)
+    return {"a2c": A2C, "ppo": PPO, "vtrace": VTrace, "appo": APPO, "dqn": DQN}[cfg.algo.name](cfg)

@@ -50,6 +50,7 @@ class A2C:
     name = "a2c"
     fields = ("returns",)
     off_policy = False
+    head = "actor_critic"
 
     def __init__(self, cfg: Config):
         self.gamma = cfg.node.gamma

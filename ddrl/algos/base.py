@@ -24,6 +24,9 @@ class Algorithm(Protocol):
     # the node hands them the learner's current policy and values on the rollout (V-trace);
     # False: the actor's values serve.
     off_policy: bool
+    # The network's outputs: "actor_critic" (policy logits, value) or a Q head ("q",
+    # "dueling"); see `ddrl.models.build_model`.
+    head: str
 
     def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
         """Per-step (T, N) targets of one rollout."""

@@ -60,6 +60,7 @@ class PPO:
     name = "ppo"
     fields = ("returns", "advantages", "logp", "values")
     off_policy = False
+    head = "actor_critic"
 
     def __init__(self, cfg: Config):
         self.cfg = cfg

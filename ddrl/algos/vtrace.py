@@ -54,6 +54,7 @@ class VTrace:
     name = "vtrace"
     fields = ("returns", "advantages")
     off_policy = True
+    head = "actor_critic"
 
     def __init__(self, cfg: Config):
         self.cfg = cfg

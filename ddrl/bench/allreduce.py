@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     reducers = {"raw mpi4py": raw}
     backends = {"mpi": MpiAllreduceSync, "horovod": HorovodSync}
     for name in args.backends:
-        reducers[f"{name} backend"] = backends[name](world).allreduce_sum
+        reducers[f"{name} backend"] = backends[name](world, timeout=600.0).allreduce_sum
     buffers = _buffers(args.sizes_mb)
     if world.is_root:
         print(f"all-reduce (sum, float32) across {world.size} ranks on {world.nodes} node(s); "

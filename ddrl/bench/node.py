@@ -208,7 +208,8 @@ def run(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or args.ranks < 1:
         raise DdrlError("--seconds must be > 0 and --ranks >= 1")
     cfg = load_config(args.job, args.set, check_env=check_env_id)
-    check_env_id(cfg.env.id)
+    if cfg.node.mode == "dqn":
+        raise DdrlError("a DQN job: its speed test is `ddrl bench dqn JOB`")
     threads = cores_per_rank(cfg.node.threads, args.ranks)
     configure_tensorflow(threads, deterministic=cfg.node.mode == "a2c")
 

@@ -50,7 +50,7 @@ from ddrl.distributed.sync import bcast
 from ddrl.distributed.waiting import Backoff, abort, wait_all
 from ddrl.distributed.world import World
 from ddrl.node.learner import Learner
-from ddrl.optim import make_adam
+from ddrl.optim import make_optimizer
 from ddrl.output import quiet_first_call, say
 
 
@@ -93,7 +93,7 @@ class ParameterServer:
 
         lo, hi = self._layout.bounds(learner.num_params)[self.index]
         self._var = tf.Variable(learner.get_weights()[lo:hi])
-        self._opt = make_adam(self._cfg.optim, self.workers)
+        self._opt = make_optimizer(self._cfg.optim, self.workers)
         self._opt.build([self._var])
         m, v = flat_moments(learner.optimizer)
         set_flat_moments(self._opt, int(learner.optimizer.iterations.numpy()), m[lo:hi], v[lo:hi])

@@ -21,26 +21,32 @@ ROLL_CALL_TAG = 77
 
 class Backoff:
     """Polling with growing sleeps: Open MPI's blocking waits spin a core, which the
-    simulators of the other ranks on the node need more than a waiting rank does."""
+    simulators of the other ranks on the node need more than a waiting rank does. The first
+    `spin` seconds only yield the core: most waits end within them, and a nonblocking
+    collective progresses only while it is tested."""
 
-    def __init__(self, first: float = 2e-5, longest: float = 5e-4):
-        self._first, self._longest = first, longest
-        self._delay = first
+    def __init__(self, first: float = 2e-5, longest: float = 5e-4, spin: float = 0.0):
+        self._first, self._longest, self._spin = first, longest, spin
+        self.reset()
 
     def reset(self) -> None:
         self._delay = self._first
+        self._spin_until = time.monotonic() + self._spin
 
     def sleep(self) -> None:
+        if self._spin and time.monotonic() < self._spin_until:
+            os.sched_yield()
+            return
         time.sleep(self._delay)
         self._delay = min(self._delay * 2, self._longest)
 
 
-def wait_all(requests: list, timeout: float) -> bool:
+def wait_all(requests: list, timeout: float, spin: float = 0.0) -> bool:
     """Whether all requests completed within `timeout` seconds."""
     from mpi4py import MPI
 
     deadline = time.monotonic() + timeout
-    backoff = Backoff()
+    backoff = Backoff(spin=spin)
     while not MPI.Request.Testall(requests):
         if time.monotonic() > deadline:
             return False

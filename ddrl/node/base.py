@@ -37,8 +37,9 @@ class Node:
     def rng(self, name: str) -> np.random.Generator:
         return rng(self.cfg.run.seed, self.rank, f"{name}/{self._restart}")
 
-    def bootstrap_truncated(self, step: Step) -> np.ndarray:
-        """Rewards plus gamma V(last observation) where the frame cap cut a game.
+    def bootstrap_truncated(self, step: Step, predict=None) -> np.ndarray:
+        """Rewards plus gamma V(last observation) where the frame cap cut a game, V the second
+        output of `predict` (by default the learner's: its critic, or max_a Q).
 
         A truncated game is not over: its value chain ends with the critic's estimate, not
         zero. The step stays `done`, because the next observation belongs to a new game.
@@ -46,7 +47,8 @@ class Node:
         if step.final_obs is None:
             return step.reward
         reward = step.reward.copy()
-        reward[step.truncated] += self.cfg.node.gamma * self.learner.predict(step.final_obs)[1]
+        predict = predict or self.learner.predict
+        reward[step.truncated] += self.cfg.node.gamma * predict(step.final_obs)[1]
         return reward
 
     def record(self, frames: int, episodes: list[tuple[int, float, int]]) -> None:

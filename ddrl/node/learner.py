@@ -13,7 +13,7 @@ from ddrl.algos.actor_critic import clip_by_average_norm
 from ddrl.algos.batch import Batch
 from ddrl.config import Config
 from ddrl.models import build_model
-from ddrl.optim import make_adam, scheduled_lr
+from ddrl.optim import make_optimizer, scheduled_lr
 from ddrl.output import quiet_first_call
 
 
@@ -23,14 +23,16 @@ class Learner:
         self.cfg = cfg
         self.n_actions = n_actions
         self.algo = make_algorithm(cfg)
-        self.model = build_model(cfg.model, obs_shape, n_actions)
+        self.model = build_model(cfg.model, obs_shape, n_actions, self.algo.head)
         self.variables = self.model.trainable_variables
-        self.optimizer = make_adam(cfg.optim, workers)
+        self.optimizer = make_optimizer(cfg.optim, workers)
         self._base_lr = float(tf.keras.backend.get_value(self.optimizer.learning_rate))
         self.optimizer.build(self.variables)
         self.sizes = [int(np.prod(v.shape)) for v in self.variables]
         self.num_params = sum(self.sizes)
         obs_spec = tf.TensorSpec((None, *obs_shape), tf.as_dtype(obs_dtype))
+        self._obs_spec = obs_spec
+        self._obs_shape = obs_shape
         # Traced once here and called as concrete functions: that skips tf.function's dispatch
         # (argument binding, trace-cache lookup), a tenth of a small inference call on 2 cores.
         self._predict = tf.function(self._predict_fn).get_concrete_function(obs_spec)
@@ -70,6 +72,13 @@ class Learner:
     def predict(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         logits, values = self._predict(obs)
         return logits.numpy(), values.numpy()
+
+    def frozen_copy(self) -> "FrozenNetwork":
+        """A copy of the network that only infers, with today's weights (DQN's target network)."""
+        copy = FrozenNetwork(build_model(self.cfg.model, self._obs_shape, self.n_actions,
+                                         self.algo.head), self._obs_spec, self.sizes)
+        copy.load(self.get_weights())
+        return copy
 
     def gradients(self, batch: Batch) -> tuple[np.ndarray, dict[str, float]]:
         """The flat gradient is a read-only view of the tensor TF computed, not a copy."""
@@ -114,6 +123,25 @@ class Learner:
     def set_optimizer_state(self, arrays: list[np.ndarray]) -> None:
         for v, a in zip(self.optimizer.variables, arrays):
             v.assign(a)
+
+
+class FrozenNetwork:
+    """Inference on weights of its own, replaced only by `load`: other threads may infer with
+    it while the learner's weights change."""
+
+    def __init__(self, model: tf.keras.Model, obs_spec: tf.TensorSpec, sizes: list[int]):
+        self._variables = model.trainable_variables
+        self._sizes = sizes
+        self._predict = tf.function(lambda obs: model(obs, training=False)).get_concrete_function(
+            obs_spec)
+
+    def load(self, flat: np.ndarray) -> None:
+        for v, part in zip(self._variables, np.split(flat, np.cumsum(self._sizes)[:-1])):
+            v.assign(part.reshape(v.shape))
+
+    def predict(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        first, second = self._predict(obs)
+        return first.numpy(), second.numpy()
 
 
 def sample_actions(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:

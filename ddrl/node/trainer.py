@@ -7,6 +7,8 @@ ranks stop after the same update for the same reason.
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +106,8 @@ class Trainer:
                 t_train = time.perf_counter() - t1
                 if self._slow:
                     time.sleep((cfg.debug.slow_factor - 1) * (time.perf_counter() - t0))
+                if self.world.rank == cfg.debug.freeze_rank and c.update == cfg.debug.freeze_update:
+                    os.kill(os.getpid(), signal.SIGSTOP)
                 frames_new = self.node.frames - frames_reported
                 frames_reported += frames_new
                 sim, pred = self.node.t_sim - sim0, self.node.t_predict - pred0

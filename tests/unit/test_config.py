@@ -34,7 +34,9 @@ def test_overrides_are_toml_literals_and_coerced():
     ("node.n_sim=100000", "config key node.n_sim: 100000 is out of range (must be <= 4096)"),
     ("run.max_frames=1000", "config key run.max_frames: 1,000 is less than one rollout of one rank"),
     ("eval.episodes=0", "config key eval.target: 18 can never be reached with eval.episodes = 0"),
-    ("algo.name=dqn", "config key algo.name: 'dqn' is not one of a2c, ppo, vtrace, appo"),
+    ("algo.name=sac", "config key algo.name: 'sac' is not one of a2c, ppo, vtrace, appo, dqn"),
+    ("algo.name=dqn", "config keys algo.name and node.mode: DQN learns from a replay memory"),
+    ("optim.optimizer=sgd", "config key optim.optimizer: 'sgd' is not one of adam, rmsprop"),
     ("algo.rho_clip=0", "config key algo.rho_clip: 0.0 is out of range (must be > 0.0)"),
     ("algo.gae_lambda=1.5", "config key algo.gae_lambda: 1.5 is out of range"),
     ("algo.minibatches=100000", "config key algo.minibatches: more minibatches than data points"),
@@ -51,6 +53,18 @@ def test_ba3c_minibatches_must_fit_its_batch():
     load_config(JOBS / "pong-ppo.toml", ["node.mode=ba3c", "algo.name=appo"])
     with pytest.raises(DdrlError, match="more minibatches than data points in a batch"):
         load_config(JOBS / "pong-ppo.toml", ["node.mode=ba3c", "node.batch_size=2"])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("node.mode=a2c", "config keys algo.name and node.mode"),
+    ("sync.mode=ps", "config key sync.mode: DQN sums every minibatch gradient"),
+    ("algo.target_period=10001", "config key algo.target_period: 10001 is not a multiple"),
+    ("algo.replay_frames=50", "config key algo.replay_frames: 50 frames cannot hold 8 samplers"),
+    ("algo.samplers=0", "config key algo.samplers: 0 is out of range"),
+])
+def test_dqn_refuses_what_cannot_work(override, message):
+    with pytest.raises(DdrlError, match=re.escape(message)):
+        load_config(JOBS / "pong-dqn.toml", [override, "sync.ps=1"])
 
 
 def test_ps_mode_refuses_a_learning_rate_schedule():

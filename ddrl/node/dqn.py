@@ -1,0 +1,238 @@
+"""DQN's node: epsilon-greedy samplers, a replay memory, a target network, and the two
+techniques of the concurrent-DQN paper (papers/dqn-concurrent-synchronized.txt) as options.
+
+Standard (algo.concurrent = false): the samplers act with the learner's current weights, and
+every algo.train_period agent steps the trainer takes one minibatch; every algo.target_period
+steps the target network takes the learner's weights.
+
+Concurrent: at each target update a sampler thread starts on the next target_period steps,
+acting with the target network, while the trainer trains on target_period / train_period
+minibatches of the memory as it was; the sampler's experience waits in a buffer and enters
+the memory only when both are done (the paper's Algorithm 1). Every period thus trains on the
+same data and acts with the same weights whatever the threads' timing, so runs reproduce.
+
+Synchronized (algo.synchronized = true): the algo.samplers simulators step in lock-step in
+one vector env, one batched inference per step; otherwise each has a thread of its own that
+infers alone. One "round" steps every simulator once.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ddrl.algos.batch import Batch, Rollout
+from ddrl.algos.dqn import bootstrap_values, epsilon
+from ddrl.config import Config
+from ddrl.envs import SimPool
+from ddrl.node.base import Node
+from ddrl.node.learner import Learner
+from ddrl.node.replay import ReplayMemory
+from ddrl.output import say
+
+Predict = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass
+class Experience:
+    """Steps not yet in the replay memory, in the order they are to enter it."""
+    steps: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+    episodes: list[tuple[int, float, int]] = field(default_factory=list)
+    frames: int = 0
+    t_sim: float = 0.0
+    t_predict: float = 0.0
+
+    def extend(self, other: "Experience") -> None:
+        self.steps += other.steps
+        self.episodes += other.episodes
+        self.frames += other.frames
+        self.t_sim += other.t_sim
+        self.t_predict += other.t_predict
+
+
+class Samplers:
+    """The node's simulators, each a stream of the replay memory."""
+
+    def __init__(self, node: Node, cfg: Config):
+        w = cfg.algo.samplers
+        self._node = node
+        self.synchronized = cfg.algo.synchronized or w == 1
+        if self.synchronized:
+            self._pools = [node.make_pool("sampler", w)]
+        else:
+            self._pools = [node.make_pool(f"sampler{j}", 1) for j in range(w)]
+        self._offsets = np.cumsum([0] + [p.num_envs for p in self._pools])[:-1]
+        self._rngs = [node.rng(f"explore{j}") for j in range(len(self._pools))]
+        self._threads = None if self.synchronized else ThreadPoolExecutor(
+            w, thread_name_prefix="ddrl-sampler")
+        self.n_actions = self._pools[0].n_actions
+        self.obs_shape = self._pools[0].obs_shape
+        self.obs_dtype = self._pools[0].backend.obs_dtype
+        self._obs: list[np.ndarray] = []
+        first = []
+        for j, pool in enumerate(self._pools):
+            step = pool.recv()
+            order = np.argsort(step.env_ids, kind="stable")
+            self._obs.append(step.obs[order])
+            first.append((self._offsets[j] + step.env_ids[order], step.obs[order]))
+        self.first = (np.concatenate([s for s, _ in first]), np.concatenate([o for _, o in first]))
+
+    @property
+    def size(self) -> int:
+        return int(sum(p.num_envs for p in self._pools))
+
+    def collect(self, rounds: int, predict: Predict | None, eps: float, acted_at: int
+                ) -> Experience:
+        """`rounds` steps of every simulator; `predict` None acts uniformly at random."""
+        if self._threads is None:
+            return self._collect(0, rounds, predict, eps, acted_at)
+        parts = list(self._threads.map(lambda j: self._collect(j, rounds, predict, eps, acted_at),
+                                       range(len(self._pools))))
+        out = Experience()
+        for part in parts:
+            out.extend(part)
+        return out
+
+    def _collect(self, j: int, rounds: int, predict: Predict | None, eps: float,
+                 acted_at: int) -> Experience:
+        pool: SimPool = self._pools[j]
+        rng, out = self._rngs[j], Experience()
+        obs = self._obs[j]
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            actions = rng.integers(0, self.n_actions, len(obs)).astype(np.int32)
+            if predict is not None:
+                greedy = rng.random(len(obs)) >= eps
+                if greedy.any():
+                    actions[greedy] = predict(obs[greedy])[0].argmax(-1)
+            t1 = time.perf_counter()
+            pool.send(actions)
+            step = pool.recv()
+            t2 = time.perf_counter()
+            order = np.argsort(step.env_ids, kind="stable")
+            step.reorder(order)
+            reward = self._node.bootstrap_truncated(step, predict)
+            out.steps.append((self._offsets[j] + step.env_ids, actions, reward, step.done,
+                              np.full(len(actions), acted_at), step.obs))
+            out.episodes += step.episodes
+            out.frames += len(actions) * pool.frames_per_step
+            obs = step.obs
+            out.t_predict += t1 - t0 + time.perf_counter() - t2
+            out.t_sim += t2 - t1
+        self._obs[j] = obs
+        return out
+
+    def close(self) -> None:
+        if self._threads is not None:
+            self._threads.shutdown()
+        for pool in self._pools:
+            pool.close()
+
+
+class DQNNode(Node):
+    def __init__(self, cfg: Config, learner: Learner, rank: int, restart: int):
+        super().__init__(cfg, learner, rank, restart)
+        a = cfg.algo
+        self.samplers = Samplers(self, cfg)
+        self.memory = ReplayMemory(a.replay_frames, self.samplers.size, self.samplers.obs_shape,
+                                   self.samplers.obs_dtype, stacked=cfg.is_atari)
+        self.memory.begin(*self.samplers.first)
+        if rank == 0:
+            # np.zeros reserves the pages; they are touched (and resident) as the memory fills.
+            say(f"[ddrl] replay memory: {a.replay_frames:,} frames in {self.samplers.size} "
+                f"stream(s), {self.memory.nbytes / 2**30:.2f} GiB per rank when full")
+        self.target = learner.frozen_copy()
+        self._rng = self.rng("replay")
+        # Agent steps taken and not yet paid for by a minibatch (standard mode), and the
+        # minibatches left in this target period (concurrent mode).
+        self._credit = 0
+        self._since_target = 0
+        self._left = 0
+        self._sampler: threading.Thread | None = None
+        self._pending = Experience()
+
+    @staticmethod
+    def batch_sizes(cfg: Config) -> tuple[int, int]:
+        """(inference batch, training batch) of this mode, for benchmarks of the network alone."""
+        return (cfg.algo.samplers if cfg.algo.synchronized else 1), cfg.node.batch_size
+
+    def start(self) -> None:
+        """Prepopulation with uniformly random actions; at least n + 1 rounds, so that every
+        stream has a transition with its n following steps."""
+        a = self.cfg.algo
+        rounds = max(math.ceil(max(a.prepopulate, self.cfg.node.batch_size) / self.samplers.size),
+                     a.n_step + 1)
+        self._store(self.samplers.collect(rounds, None, 1.0, self.update))
+
+    def _store(self, exp: Experience) -> None:
+        for streams, actions, rewards, dones, acted_at, next_obs in exp.steps:
+            self.memory.add(streams, actions, rewards, dones, acted_at, next_obs)
+        self.record(exp.frames, exp.episodes)
+        with self._lock:
+            self.t_sim += exp.t_sim
+            self.t_predict += exp.t_predict
+
+    def _epsilon(self) -> float:
+        return epsilon(self.cfg, self.update * self.cfg.algo.train_period)
+
+    def next_batch(self) -> Batch:
+        if self.cfg.algo.concurrent:
+            self._concurrent_period()
+        else:
+            self._standard_steps()
+        return self._minibatch()
+
+    def _standard_steps(self) -> None:
+        a, w = self.cfg.algo, self.samplers.size
+        while self._credit < a.train_period:
+            self._store(self.samplers.collect(1, self.learner.predict, self._epsilon(), self.update))
+            self._credit += w
+            self._since_target += w
+        self._credit -= a.train_period
+        if self._since_target >= a.target_period:
+            self._since_target -= a.target_period
+            self.target.load(self.learner.get_weights())
+
+    def _concurrent_period(self) -> None:
+        a = self.cfg.algo
+        self._left -= 1
+        if self._left >= 0:
+            return
+        if self._sampler is not None:
+            self._sampler.join()
+        self._store(self._pending)
+        self.target.load(self.learner.get_weights())
+        rounds = math.ceil(a.target_period / self.samplers.size)
+        eps, acted_at = self._epsilon(), self.update
+
+        def sample() -> None:
+            self._pending = self.samplers.collect(rounds, self.target.predict, eps, acted_at)
+
+        self._pending = Experience()
+        self._sampler = threading.Thread(target=sample, name="ddrl-dqn-sampler", daemon=True)
+        self._sampler.start()
+        self._left = a.target_period // a.train_period - 1
+
+    def _minibatch(self) -> Batch:
+        a = self.cfg.algo
+        t0 = time.perf_counter()
+        obs, actions, rewards, dones, next_obs, acted_at = self.memory.sample(
+            self.cfg.node.batch_size, a.n_step, self._rng)
+        q_target = self.target.predict(next_obs)[0]
+        q_online = self.learner.predict(next_obs)[0] if a.double else q_target
+        bootstrap = bootstrap_values(q_target, q_online, a.double)
+        none = np.zeros_like(rewards)
+        returns = self.learner.algo.targets(Rollout(rewards, dones, none, none, bootstrap))
+        with self._lock:
+            self.t_predict += time.perf_counter() - t0
+        return Batch(obs, actions, acted_at, {"returns": returns["returns"][0]})
+
+    def close(self) -> None:
+        if self._sampler is not None:
+            self._sampler.join()
+        self.samplers.close()

@@ -1,0 +1,100 @@
+"""DQN's replay memory, storing each frame once.
+
+Each simulator writes its own stream: at a game's start (and after every done, where the
+simulator's frame stack restarts) the whole stack the network saw is stored, after that only
+each step's newest frame, so an observation is always the `stack` frames ending at its
+position, exactly the stack the simulator returned. A 4-frame stack costs a quarter of storing
+observations, and nothing is stored twice for the next observation. Streams are circular:
+the oldest positions are overwritten once `capacity` frames are held in all.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class ReplayMemory:
+    def __init__(self, capacity: int, streams: int, obs_shape: tuple[int, ...],
+                 obs_dtype: np.dtype, stacked: bool):
+        """`stacked`: observations are frame stacks along axis 0 (Atari); otherwise each
+        observation is one position (vector observations)."""
+        self.stack = obs_shape[0] if stacked else 1
+        frame_shape = obs_shape[1:] if stacked else obs_shape
+        self.slots = capacity // streams
+        self.frames = np.zeros((streams, self.slots, *frame_shape), obs_dtype)
+        self.actions = np.zeros((streams, self.slots), np.int32)
+        self.rewards = np.zeros((streams, self.slots), np.float32)
+        self.dones = np.zeros((streams, self.slots), bool)
+        self.acted_at = np.zeros((streams, self.slots), np.int64)
+        # An action was taken at this position: a transition starts here.
+        self.acted = np.zeros((streams, self.slots), bool)
+        # The absolute position each stream writes next; its last one holds the observation
+        # its simulator is acting on now.
+        self.head = np.zeros(streams, np.int64)
+        self.transitions = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.frames, self.actions, self.rewards, self.dones,
+                                      self.acted_at, self.acted))
+
+    def _push(self, stream: int, frames: np.ndarray) -> None:
+        for frame in frames:
+            slot = self.head[stream] % self.slots
+            self.transitions -= int(self.acted[stream, slot])
+            self.frames[stream, slot] = frame
+            self.acted[stream, slot] = False
+            self.head[stream] += 1
+
+    def begin(self, streams: np.ndarray, obs: np.ndarray) -> None:
+        """Streams whose simulator starts on `obs`, its first observation."""
+        for stream, o in zip(streams, obs):
+            self._push(stream, o if self.stack > 1 else o[None])
+
+    def add(self, streams: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+            dones: np.ndarray, acted_at: np.ndarray, next_obs: np.ndarray) -> None:
+        """One step of each stream: the action taken on its current observation, the reward
+        and done it led to, and the observation it is on now."""
+        slots = (self.head[streams] - 1) % self.slots
+        self.actions[streams, slots] = actions
+        self.rewards[streams, slots] = rewards
+        self.dones[streams, slots] = dones
+        self.acted_at[streams, slots] = acted_at
+        self.acted[streams, slots] = True
+        self.transitions += len(streams)
+        for stream, done, o in zip(streams, dones, next_obs):
+            if self.stack == 1:
+                self._push(stream, o[None])
+            else:
+                # After a done the simulator's stack restarts (new game or lost life): all of it.
+                self._push(stream, o if done else o[-1:])
+
+    def sample(self, size: int, n: int, rng: np.random.Generator
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Uniformly `size` transitions whose n following steps are known: (obs, actions,
+        (n, size) rewards and dones from each, obs n steps on, acted_at). Steps after a done
+        belong to the next game and are cut by it. Needs a stream with more than n steps."""
+        streams_n = len(self.head)
+        picked_s, picked_p = [], []
+        wanted = size
+        while wanted > 0:
+            s = rng.integers(0, streams_n, 2 * wanted)
+            low = np.maximum(self.head[s] - self.slots + self.stack - 1, 0)
+            high = self.head[s] - 1 - n
+            ok = high >= low
+            s, low, high = s[ok], low[ok], high[ok]
+            p = low + (rng.random(len(s)) * (high - low + 1)).astype(np.int64)
+            ok = self.acted[s, p % self.slots]
+            picked_s.append(s[ok][:wanted])
+            picked_p.append(p[ok][:wanted])
+            wanted -= len(picked_s[-1])
+        s, p = np.concatenate(picked_s), np.concatenate(picked_p)
+        steps = (p[None, :] + np.arange(n)[:, None]) % self.slots
+        return (self._obs(s, p), self.actions[s, p % self.slots], self.rewards[s, steps],
+                self.dones[s, steps].astype(np.float32), self._obs(s, p + n),
+                self.acted_at[s, p % self.slots])
+
+    def _obs(self, s: np.ndarray, p: np.ndarray) -> np.ndarray:
+        if self.stack == 1:
+            return self.frames[s, p % self.slots]
+        window = (p[:, None] + np.arange(1 - self.stack, 1)[None, :]) % self.slots
+        return self.frames[s[:, None], window]

@@ -1,0 +1,123 @@
+"""DQN's replay memory and targets against plain references."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from ddrl.algos.batch import Rollout
+from ddrl.algos.dqn import DQN, bootstrap_values, epsilon, huber
+from ddrl.config import Config
+from ddrl.node.replay import ReplayMemory
+
+STACK, SIDE = 4, 3
+
+
+class FakeStream:
+    """A simulator whose every frame is unique (filled with its serial number), with frame
+    stacks as ale-py gives them: a done restarts the stack with four new frames."""
+
+    def __init__(self, rng: np.random.Generator, first_id: int):
+        self.rng = rng
+        self.next_id = first_id
+        self.obs = self._fresh()
+
+    def _frame(self) -> np.ndarray:
+        self.next_id += 1
+        return np.full((SIDE, SIDE), self.next_id, np.int32)
+
+    def _fresh(self) -> np.ndarray:
+        return np.stack([self._frame() for _ in range(STACK)])
+
+    def step(self) -> tuple[int, float, bool, np.ndarray, np.ndarray]:
+        action, reward = int(self.rng.integers(0, 6)), float(self.rng.normal())
+        done = bool(self.rng.random() < 0.1)
+        before = self.obs
+        self.obs = self._fresh() if done else np.concatenate([self.obs[1:], self._frame()[None]])
+        return action, reward, done, before, self.obs
+
+
+def filled_memory(capacity: int, streams: int, steps: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    sims = [FakeStream(rng, 10**6 * (j + 1)) for j in range(streams)]
+    memory = ReplayMemory(capacity, streams, (STACK, SIDE, SIDE), np.dtype(np.int32), stacked=True)
+    memory.begin(np.arange(streams), np.stack([s.obs for s in sims]))
+    # Per stream, the transitions in order: (obs, action, reward, done, next_obs).
+    history: list[list[tuple]] = [[] for _ in range(streams)]
+    for t in range(steps):
+        out = [s.step() for s in sims]
+        for j, (a, r, d, before, after) in enumerate(out):
+            history[j].append((before, a, r, d, after))
+        memory.add(np.arange(streams), np.array([o[0] for o in out]),
+                   np.array([o[1] for o in out], np.float32), np.array([o[2] for o in out]),
+                   np.full(streams, t), np.stack([o[4] for o in out]))
+    return memory, history
+
+
+def reference(history: list[tuple], index: int, n: int, gamma: float, bootstrap: float):
+    """The n-step target of transition `index`, written out step by step."""
+    ret, discount = 0.0, 1.0
+    for k in range(n):
+        _, _, r, d, _ = history[index + k]
+        ret += discount * r
+        discount *= gamma
+        if d:
+            return ret
+    return ret + discount * bootstrap
+
+
+@pytest.mark.parametrize("capacity,steps", [(4000, 300), (400, 500)])
+def test_replay_rebuilds_each_observation_and_its_n_step_successor(capacity, steps):
+    n = 3
+    memory, history = filled_memory(capacity, 2, steps)
+    obs, actions, rewards, dones, next_obs, acted_at = memory.sample(
+        256, n, np.random.default_rng(1))
+    boot = np.arange(256, dtype=np.float32)
+    targets = DQN(Config()).targets(Rollout(rewards, dones, np.zeros_like(rewards),
+                                            np.zeros_like(rewards), boot))["returns"][0]
+    for i in range(256):
+        stream = int(obs[i, -1, 0, 0]) // 10**6 - 1
+        index = next(k for k, h in enumerate(history[stream])
+                     if h[0][-1, 0, 0] == obs[i, -1, 0, 0])
+        before, action, _, _, _ = history[stream][index]
+        assert np.array_equal(obs[i], before)
+        assert actions[i] == action and acted_at[i] == index
+        cut = next((k for k in range(n) if history[stream][index + k][3]), None)
+        if cut is None:
+            # The observation n steps on is the one the simulator returned then.
+            assert np.array_equal(next_obs[i], history[stream][index + n - 1][4])
+        assert targets[i] == pytest.approx(
+            reference(history[stream], index, n, Config().node.gamma, boot[i]), rel=1e-5)
+    # Only what fits is kept: the oldest transitions of a full memory are gone.
+    if capacity < steps * 2:
+        assert acted_at.min() >= steps - capacity // 2
+
+
+def test_replay_stores_each_frame_once():
+    memory, history = filled_memory(10_000, 1, 1000)
+    dones = sum(h[3] for h in history[0])
+    # One frame per step, plus the three older frames of every restarted stack.
+    assert memory.head[0] == STACK + 1000 + 3 * dones
+    assert memory.transitions == 1000
+
+
+def test_double_dqn_takes_the_target_networks_value_of_the_online_argmax():
+    q_target = np.array([[1.0, 5.0, 2.0], [0.0, -1.0, 3.0]])
+    q_online = np.array([[9.0, 0.0, 0.0], [0.0, 4.0, 0.0]])
+    assert np.array_equal(bootstrap_values(q_target, q_online, double=True), [1.0, -1.0])
+    assert np.array_equal(bootstrap_values(q_target, q_online, double=False), [5.0, 3.0])
+
+
+def test_epsilon_anneals_linearly_then_stays():
+    cfg = Config()
+    cfg.algo.eps_start, cfg.algo.eps_final, cfg.algo.eps_steps = 1.0, 0.1, 1000
+    assert [epsilon(cfg, s) for s in (0, 500, 1000, 5000)] == pytest.approx([1.0, 0.55, 0.1, 0.1])
+
+
+def test_huber_is_quadratic_inside_one_and_has_gradients_clipped_to_one():
+    x = tf.constant([-3.0, -0.5, 0.0, 0.5, 3.0])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = huber(x)
+    assert np.allclose(y.numpy(), [2.5, 0.125, 0.0, 0.125, 2.5])
+    assert np.allclose(tape.gradient(y, x).numpy(), [-1.0, -0.5, 0.0, 0.5, 1.0])
