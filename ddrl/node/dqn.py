@@ -36,6 +36,7 @@ from ddrl.node.replay import ReplayMemory
 from ddrl.output import say
 
 Predict = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+PREPOPULATE_CHUNK = 256
 
 
 @dataclass
@@ -167,7 +168,11 @@ class DQNNode(Node):
         a = self.cfg.algo
         rounds = max(math.ceil(max(a.prepopulate, self.cfg.node.batch_size) / self.samplers.size),
                      a.n_step + 1)
-        self._store(self.samplers.collect(rounds, None, 1.0, self.update))
+        # In chunks: a buffered step holds whole observation stacks, four times what the
+        # memory keeps of it.
+        for chunk in range(0, rounds, PREPOPULATE_CHUNK):
+            self._store(self.samplers.collect(min(PREPOPULATE_CHUNK, rounds - chunk), None, 1.0,
+                                              self.update))
 
     def _store(self, exp: Experience) -> None:
         for streams, actions, rewards, dones, acted_at, next_obs in exp.steps:
