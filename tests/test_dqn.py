@@ -3,12 +3,16 @@ and concurrent training reproduces whatever the threads' timing."""
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import time
 
 import numpy as np
 import pytest
-from conftest import JOBS, NO_EVAL, assert_solved, ddrl, table
+from conftest import DDRL, JOBS, NO_EVAL, ROOT, assert_solved, ddrl, env_for_tests, table
 
 from ddrl import checkpoint
+from ddrl.node.trainer import EXIT_SIGNALLED
 
 DQN_JOB = JOBS / "cartpole-dqn.toml"
 WEIGHTS = re.compile(r"\[ddrl\] rank (\d+) final weights sha256 ([0-9a-f]+)")
@@ -49,3 +53,29 @@ def test_dqn_concurrent_on_two_ranks_is_one_reproducible_agent(tmp_path):
     assert len(a) == len(b) > 100
     assert np.array_equal(a["loss"], b["loss"])
     assert (a["effective_batch"] == 2 * 64).all()
+
+
+@pytest.mark.parametrize("sets", [
+    ("algo.prepopulate=100000000",),
+    ("algo.concurrent=true", "algo.target_period=100000000", "algo.train_period=1"),
+], ids=["prepopulation", "concurrent-period"])
+def test_a_stop_signal_ends_a_long_sampling_phase(sets, run_dir):
+    """SIGTERM (scancel) while the memory is prepopulated, or while a concurrent sampler thread
+    plays a target period (both here: for ever), stops the run promptly, checkpointed, with
+    the signal's exit status."""
+    cmd = [*DDRL, "train", DQN_JOB, "--out", run_dir, *NO_EVAL,
+           *(a for s in sets for a in ("--set", s))]
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:
+            if "[ddrl] replay memory" in line:
+                break
+        time.sleep(3.0)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == EXIT_SIGNALLED, out[-2000:]
+    assert "stopped (signal) after" in out, out[-2000:]
+    assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).update >= 1

@@ -48,7 +48,7 @@ class BA3CNode(Node):
         """(inference batch, training batch) of this mode, for benchmarks of the network alone."""
         return _inference_batch(cfg, -(-cfg.node.n_sim // cfg.node.predictors)), cfg.node.batch_size
 
-    def start(self) -> None:
+    def start(self, stopping) -> None:
         for t in self._threads:
             t.start()
 

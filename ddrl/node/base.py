@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 import numpy as np
 
@@ -62,8 +63,8 @@ class Node:
             out, self._episodes = self._episodes, []
         return out
 
-    def start(self) -> None:
-        pass
+    def start(self, stopping: Callable[[], bool]) -> None:
+        """Before the first batch; `stopping()` tells a long start that a stop was asked for."""
 
     def next_batch(self) -> Batch | None:
         raise NotImplementedError

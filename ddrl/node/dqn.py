@@ -71,6 +71,9 @@ class Samplers:
         self._rngs = [node.rng(f"explore{j}") for j in range(len(self._pools))]
         self._threads = None if self.synchronized else ThreadPoolExecutor(
             w, thread_name_prefix="ddrl-sampler")
+        # Set when the node closes: a sampler thread mid-period stops within a round instead
+        # of playing out the period (minutes at Table 5's 10,000 steps).
+        self.stopped = threading.Event()
         self.n_actions = self._pools[0].n_actions
         self.obs_shape = self._pools[0].obs_shape
         self.obs_dtype = self._pools[0].backend.obs_dtype
@@ -105,6 +108,8 @@ class Samplers:
         rng, out = self._rngs[j], Experience()
         obs = self._obs[j]
         for _ in range(rounds):
+            if self.stopped.is_set():
+                break
             t0 = time.perf_counter()
             actions = rng.integers(0, self.n_actions, len(obs)).astype(np.int32)
             if predict is not None:
@@ -162,15 +167,18 @@ class DQNNode(Node):
         """(inference batch, training batch) of this mode, for benchmarks of the network alone."""
         return (cfg.algo.samplers if cfg.algo.synchronized else 1), cfg.node.batch_size
 
-    def start(self) -> None:
+    def start(self, stopping) -> None:
         """Prepopulation with uniformly random actions; at least n + 1 rounds, so that every
-        stream has a transition with its n following steps."""
+        stream has a transition with its n following steps. A stop signal cuts it short
+        (the first update then carries the stop to every rank)."""
         a = self.cfg.algo
         rounds = max(math.ceil(max(a.prepopulate, self.cfg.node.batch_size) / self.samplers.size),
                      a.n_step + 1)
         # In chunks: a buffered step holds whole observation stacks, four times what the
         # memory keeps of it.
         for chunk in range(0, rounds, PREPOPULATE_CHUNK):
+            if chunk and stopping():
+                return
             self._store(self.samplers.collect(min(PREPOPULATE_CHUNK, rounds - chunk), None, 1.0,
                                               self.update))
 
@@ -238,6 +246,7 @@ class DQNNode(Node):
         return Batch(obs, actions, acted_at, {"returns": returns["returns"][0]})
 
     def close(self) -> None:
+        self.samplers.stopped.set()
         if self._sampler is not None:
             self._sampler.join()
         self.samplers.close()

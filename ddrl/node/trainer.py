@@ -97,7 +97,7 @@ class Trainer:
         last_sync = 0.0
         nonfinite_streak = 0
         with checkpoint.StopSignals() as signals:
-            self.node.start()
+            self.node.start(lambda: signals.received is not None)
             while True:
                 t0 = time.perf_counter()
                 batch = self.node.next_batch()
