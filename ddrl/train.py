@@ -79,10 +79,16 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.out) if args.out else default_run_dir(args.job)
     if world.comm is not None:
         run_dir = Path(world.comm.bcast(str(run_dir), root=0))
-    resumed = _prepare_run_dir(run_dir, args.resume, loud=world.is_root)
+    try:
+        resumed, problem = _prepare_run_dir(run_dir, args.resume, loud=world.is_root), None
+    except DdrlError as exc:
+        resumed, problem = None, str(exc)
     if world.comm is not None:
-        # Every rank checked the shared run directory; none proceeds unless all agreed.
-        world.comm.Barrier()
+        # Every rank checked the run directory (shared, or its node's own); none proceeds
+        # unless all agreed, and the first rank's problem is reported once for the job.
+        problem = next((p for p in world.comm.allgather(problem) if p), None)
+    if problem:
+        raise EveryRankError(problem)
     try:
         return _train(cfg, world, run_dir, resumed)
     except BaseException as exc:

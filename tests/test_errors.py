@@ -130,15 +130,24 @@ def test_a_damaged_checkpoint_is_named_and_resume_takes_the_previous_intact_one(
     ("sync.backend=none", "2 ranks but sync.backend = 'none'"),
     ("node.n_sim=0", "config key node.n_sim"),
     ("sync.ps=2", "sync.ps = 2 needs at least 3 ranks"),
+    (None, "already holds a run: pass --resume"),
 ])
 def test_an_error_every_rank_reaches_is_reported_once_under_mpirun(override, needle, run_dir):
     """Not once per rank inside Open MPI's MPI_ABORT banners: the first rank says it, every
-    rank exits 2 before TensorFlow starts."""
-    sets = ["--set", override] + (["--set", "sync.mode=ps"] if override.startswith("sync.ps") else [])
+    rank exits 2 before TensorFlow starts. `None`: --out holds an earlier run, kept as it was."""
+    earlier = b"an earlier run's log"
+    if override is None:
+        run_dir.mkdir(parents=True)
+        (run_dir / "log.h5").write_bytes(earlier)
+    sets = [] if override is None else ["--set", override]
+    sets += ["--set", "sync.mode=ps"] if override and override.startswith("sync.ps") else []
     res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *sets, ranks=2, timeout=120)
     assert res.returncode != 0
     out = res.stdout + res.stderr
     errors = [line for line in out.splitlines() if line.startswith("ddrl: error:")]
     assert len(errors) == 1 and needle in errors[0], out
     assert "MPI_ABORT" not in out and "Traceback" not in out, out
-    assert not (run_dir / "log.h5").exists()
+    if override is None:
+        assert (run_dir / "log.h5").read_bytes() == earlier
+    else:
+        assert not (run_dir / "log.h5").exists()
