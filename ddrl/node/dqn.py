@@ -62,14 +62,15 @@ class Samplers:
     def __init__(self, node: Node, cfg: Config):
         w = cfg.algo.samplers
         self._node = node
-        self.synchronized = cfg.algo.synchronized or w == 1
-        if self.synchronized:
+        synchronized = cfg.algo.synchronized or w == 1
+        if synchronized:
             self._pools = [node.make_pool("sampler", w)]
         else:
             self._pools = [node.make_pool(f"sampler{j}", 1) for j in range(w)]
+        self.size = w
         self._offsets = np.cumsum([0] + [p.num_envs for p in self._pools])[:-1]
         self._rngs = [node.rng(f"explore{j}") for j in range(len(self._pools))]
-        self._threads = None if self.synchronized else ThreadPoolExecutor(
+        self._threads = None if synchronized else ThreadPoolExecutor(
             w, thread_name_prefix="ddrl-sampler")
         # Set when the node closes: a sampler thread mid-period stops within a round instead
         # of playing out the period (minutes at Table 5's 10,000 steps).
@@ -85,10 +86,6 @@ class Samplers:
             self._obs.append(step.obs[order])
             first.append((self._offsets[j] + step.env_ids[order], step.obs[order]))
         self.first = (np.concatenate([s for s, _ in first]), np.concatenate([o for _, o in first]))
-
-    @property
-    def size(self) -> int:
-        return int(sum(p.num_envs for p in self._pools))
 
     def collect(self, rounds: int, predict: Predict | None, eps: float, acted_at: int
                 ) -> Experience:

@@ -108,8 +108,7 @@ class Learner:
         return np.concatenate([v.numpy().ravel() for v in self.variables]).astype(np.float32)
 
     def set_weights(self, flat: np.ndarray) -> None:
-        for v, part in zip(self.variables, np.split(flat, np.cumsum(self.sizes)[:-1])):
-            v.assign(part.reshape(v.shape))
+        assign_flat(self.variables, self.sizes, flat)
 
     def share_root_state(self, broadcast) -> None:
         """Rank 0's weights and Adam state (fresh or resumed) on every rank that calls this
@@ -125,6 +124,12 @@ class Learner:
             v.assign(a)
 
 
+def assign_flat(variables: list[tf.Variable], sizes: list[int], flat: np.ndarray) -> None:
+    """The variables' values from one flat vector, in the order `get_weights` writes them."""
+    for v, part in zip(variables, np.split(flat, np.cumsum(sizes)[:-1])):
+        v.assign(part.reshape(v.shape))
+
+
 class FrozenNetwork:
     """Inference on weights of its own, replaced only by `load`: other threads may infer with
     it while the learner's weights change."""
@@ -136,8 +141,7 @@ class FrozenNetwork:
             obs_spec)
 
     def load(self, flat: np.ndarray) -> None:
-        for v, part in zip(self._variables, np.split(flat, np.cumsum(self._sizes)[:-1])):
-            v.assign(part.reshape(v.shape))
+        assign_flat(self._variables, self._sizes, flat)
 
     def predict(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         first, second = self._predict(obs)

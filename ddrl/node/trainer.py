@@ -65,6 +65,7 @@ class Trainer:
         self.progress = Progress(cfg.run.progress_seconds, cfg.run.max_frames, cfg.run.max_minutes,
                                  start_frames=counters.frames)
         self._slow = world.rank in cfg.debug.slow_ranks and cfg.debug.slow_factor > 1
+        self._freeze_at = cfg.debug.freeze_update if world.rank == cfg.debug.freeze_rank else None
         self._target_reached = False
         self._best = checkpoint.best_score(run_dir / "checkpoints") if world.is_root else None
         self._side = side_channel(world.size)
@@ -106,7 +107,7 @@ class Trainer:
                 t_train = time.perf_counter() - t1
                 if self._slow:
                     time.sleep((cfg.debug.slow_factor - 1) * (time.perf_counter() - t0))
-                if self.world.rank == cfg.debug.freeze_rank and c.update == cfg.debug.freeze_update:
+                if c.update == self._freeze_at:
                     os.kill(os.getpid(), signal.SIGSTOP)
                 frames_new = self.node.frames - frames_reported
                 frames_reported += frames_new
