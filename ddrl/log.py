@@ -18,7 +18,7 @@ import numpy as np
 
 from ddrl.errors import DdrlError
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 TABLES: dict[str, list[tuple[str, str]]] = {
     "train": [
@@ -49,10 +49,16 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("staleness_sum", "i8"), ("lost", "i4"), ("bytes_in", "i8"), ("bytes_out", "i8"),
         ("t_busy", "f8"), ("t_apply", "f8"),
     ],
+    # One row per start of the run: the first (restart 0) and each resume, with the world it
+    # ran on (a restart after a lost host may have fewer ranks).
+    "starts": [
+        ("restart", "i4"), ("update", "i8"), ("frames", "i8"), ("wall_time", "f8"),
+        ("world_size", "i4"), ("nodes", "i4"),
+    ],
 }
 # The column that says which rows a resume from update U / frame F keeps.
 _RESUME_KEY = {"train": "update", "episodes": "frames", "eval": "update", "ranks": "update",
-               "servers": "update"}
+               "servers": "update", "starts": "update"}
 
 
 def table_dtype(name: str) -> np.dtype:

@@ -147,6 +147,9 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
         else:
             log = RunLog.resume(run_dir / "log.h5", counters.update, counters.frames,
                                 counters.restarts, attrs)
+        log.append("starts", {"restart": counters.restarts, "update": counters.update,
+                              "frames": counters.frames, "wall_time": counters.wall_time,
+                              "world_size": world.size, "nodes": world.nodes})
         if cfg.eval.episodes:
             evaluator = BackgroundEvaluator(cfg, lambda: Learner(cfg, *spec),
                                             derive_seed(cfg.run.seed, 0, "eval"))

@@ -65,16 +65,17 @@ def assert_solved(run_dir: Path, label: str, score: float = 400.0) -> None:
     print(f"{label}: solved at {solved['frames'][0]} frames, {solved['wall_time'][0]:.1f} s")
 
 
-def rank_pid(run_dir: Path, rank: int, wait: float = 0.0) -> int:
+def rank_pid(run_dir: Path, rank: int, wait: float = 0.0,
+             rank_var: str = "OMPI_COMM_WORLD_RANK") -> int:
     """The process of one rank of the job that writes to run_dir (waiting up to `wait`
-    seconds for it to start)."""
+    seconds for it to start); rank_var names the launcher's rank variable (srun: SLURM_PROCID)."""
     deadline = time.monotonic() + wait
     while True:
         for proc in Path("/proc").iterdir():
             try:
                 if str(run_dir) in (proc / "cmdline").read_text():
                     env = (proc / "environ").read_bytes().split(b"\0")
-                    if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+                    if f"{rank_var}={rank}".encode() in env:
                         return int(proc.name)
             except (OSError, ValueError):
                 continue

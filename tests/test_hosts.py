@@ -99,3 +99,21 @@ def test_simulated_hosts_are_removed_afterwards():
         assert all(name in listed for name in names)
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not any(name in listed.split() for name in names)
+
+
+def test_bench_scaling_calibrates_checks_and_predicts():
+    res = ddrl("bench", "scaling", JOBS / "cartpole.toml", "--hosts", "2", "--seconds", "4",
+               "--repeat", "3", "--rate", "1gbit", "--set", "node.mode=a2c", timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    lines = res.stdout.splitlines()
+    link = next(line for line in lines if line.startswith("[ddrl] links 1gbit: fitted latency"))
+    assert float(link.split("bandwidth ")[1].split()[0]) > 0
+    row = next(line.split() for line in lines if line.split()[:1] == ["2"])
+    assert len(row) == 7 and float(row[4]) > 0 and float(row[5]) > 0, row
+    assert sum(line.strip().startswith(("1gbit", "10gbit", "56gbit")) for line in lines) == 3
+    assert "p=64:" in res.stdout
+
+
+def test_bench_scaling_refuses_bad_input():
+    res = ddrl("bench", "scaling", JOBS / "cartpole.toml", "--rate", "fast", timeout=60)
+    assert res.returncode == 2 and res.stderr.strip().startswith("ddrl: error: link rate 'fast'")

@@ -7,6 +7,8 @@ tasks get their own directories and seeds, and that a bad job file fails in one 
 """
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,7 +17,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import NO_EVAL
+from conftest import NO_EVAL, rank_pid
 from slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401  (the fixture)
 
 from ddrl import checkpoint
@@ -187,6 +189,35 @@ def test_cancel_checkpoints_and_the_job_stays_cancelled(slurm_cluster, tmp_path)
     record = slurm_cluster.records(job)[0]
     assert (record["JobState"], record["Restarts"]) == ("CANCELLED", "0"), record
     assert checkpoint.load(checkpoint.latest(out / "checkpoints")).update >= 1
+
+
+def test_a_lost_rank_restarts_the_step_from_its_checkpoint(slurm_cluster, tmp_path):
+    out = tmp_path / "run"
+    job = slurm_cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),
+                               "--set", "run.max_frames=300000",
+                               "--set", "run.checkpoint_minutes=0.1", *FAST)
+    deadline = time.monotonic() + 120
+    while checkpoint.latest(out / "checkpoints") is None:
+        assert time.monotonic() < deadline and slurm_cluster.state(job) in ("PENDING", "RUNNING")
+        time.sleep(0.5)
+    os.kill(rank_pid(out, 1, wait=10, rank_var="SLURM_PROCID"), signal.SIGKILL)
+    lost_at = time.monotonic()
+    resumed = checkpoint.load(checkpoint.latest(out / "checkpoints"))
+    [result] = slurm_cluster.wait(job, timeout=300)
+    text = result.text()
+    assert (result.state, result.exit_code, result.restarts) == ("COMPLETED", 0, 0), text
+    assert "ddrl: the step failed (exit" in text and "restart 1 of 3" in text, text
+    with h5py.File(out / "log.h5", "r", swmr=True) as f:
+        starts = f["starts"][:]
+        rows = f["train"][:]
+        assert f.attrs["restarts"] == 1
+    assert list(starts["restart"]) == [0, 1] and list(starts["world_size"]) == [2, 2], starts
+    # The restart went on from a checkpoint at least as recent as the one seen before the kill.
+    assert starts["update"][1] >= resumed.update > 0, (starts, resumed.update)
+    assert np.all(np.diff(rows["update"]) > 0)
+    assert checkpoint.load(checkpoint.latest(out / "checkpoints")).frames >= 300000
+    print(f"restarted from update {starts['update'][1]}; job done "
+          f"{time.monotonic() - lost_at:.0f} s after the kill")
 
 
 def test_printed_array_script_runs_two_seeds(slurm_cluster, tmp_path):

@@ -12,6 +12,8 @@ KINDS = {
     "compare-sb3": ("ddrl.bench.sb3", "ddrl vs Stable-Baselines3 A2C on the same game and net"),
     "stragglers": ("ddrl.bench.stragglers", "update rate with a slowed rank: k-of-n vs full sync"),
     "offpolicy": ("ddrl.bench.offpolicy", "a2c vs V-trace on the ba3c node under heavy policy lag"),
+    "scaling": ("ddrl.bench.scaling", "a model of sync cost vs nodes, checked on simulated "
+                                      "hosts, predicted to 64 nodes"),
     "dqn": ("ddrl.bench.dqn", "the concurrent-DQN paper's speed test: standard, concurrent, "
                               "synchronized, both, at W samplers"),
 }

@@ -1,14 +1,19 @@
 """`ddrl bench allreduce`: time per all-reduce of each sync backend next to a raw mpi4py
-Allreduce, for buffers the size of the models' gradients and for 1 to 64 MB."""
+Allreduce, for buffers the size of the models' gradients and for 1 to 64 MB. With `--hosts`,
+the ranks run one per simulated host (network namespaces, ddrl/bench/simhosts.py), over TCP
+links limited to each of `--rates` in turn: what the sync costs between machines."""
 from __future__ import annotations
 
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import time
 
 import numpy as np
+
+from ddrl.output import say
 
 MODEL_BUFFERS = (("ddrl fc256", "ddrl", 256), ("ddrl fc128", "ddrl", 128),
                  ("nature", "nature", 512), ("a3c", "a3c", 256))
@@ -20,16 +25,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes-mb", type=float, nargs="*", default=[1, 4, 16, 64])
     p.add_argument("--repeat", type=int, default=20, help="timed all-reduces per buffer")
     p.add_argument("--backends", nargs="*", default=["mpi", "horovod"])
+    p.add_argument("--hosts", type=int, nargs="*", default=[],
+                   help="simulated host counts (root only): one rank per host, over TCP")
+    p.add_argument("--rates", nargs="*", default=[],
+                   help="link rates for --hosts, e.g. 100mbit 1gbit (default: unlimited)")
 
 
 def _relaunch(args: argparse.Namespace) -> int:
     from ddrl.distributed.launch import mpirun_command
 
+    bench = [sys.executable, "-m", "ddrl", "bench", "allreduce", "--repeat", str(args.repeat),
+             "--sizes-mb", *map(str, args.sizes_mb), "--backends", *args.backends]
+    if args.hosts:
+        return _across_hosts(args, bench)
     # Unbound: the timings are of the collective, not of ranks pinned to cores they share.
-    cmd = mpirun_command(args.ranks, bind=False)
-    cmd += [sys.executable, "-m", "ddrl", "bench", "allreduce", "--repeat", str(args.repeat),
-            "--sizes-mb", *map(str, args.sizes_mb), "--backends", *args.backends]
+    cmd = mpirun_command(args.ranks, bind=False) + bench
     return os.spawnv(os.P_WAIT, cmd[0], cmd)
+
+
+def _across_hosts(args: argparse.Namespace, bench: list[str]) -> int:
+    from ddrl.bench.simhosts import SimulatedHosts, parse_rate
+
+    rates = args.rates or [None]
+    for rate in rates:
+        if rate is not None:
+            parse_rate(rate)
+    for hosts in args.hosts:
+        for rate in rates:
+            with SimulatedHosts(hosts, rate=rate) as net:
+                say(f"== {hosts} simulated host(s), one rank each, links "
+                    f"{rate or 'unlimited'}")
+                cmd = net.mpirun([1] * hosts) + bench
+                code = subprocess.run(cmd).returncode
+            if code:
+                return code
+    return 0
 
 
 def _buffers(sizes_mb: list[float]) -> list[tuple[str, int]]:

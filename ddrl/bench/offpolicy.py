@@ -8,8 +8,6 @@ evals. The runs stay under `--out` with their curves (`offpolicy-curves.png`).
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -38,17 +36,11 @@ def settings(args: argparse.Namespace, algo: str, seed: int) -> list[str]:
 
 
 def train(args: argparse.Namespace, algo: str, seed: int, out: Path) -> None:
-    from ddrl.bench.stragglers import first_error
+    from ddrl.bench import runs
     from ddrl.distributed.launch import mpirun_command
 
-    sets = settings(args, algo, seed)
     launch = mpirun_command(args.ranks) if args.ranks > 1 else []
-    cmd = [*launch, sys.executable, "-m", "ddrl", "train", args.job, "--out", str(out),
-           *(arg for s in sets for arg in ("--set", s))]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise DdrlError(f"{algo} seed {seed} exited with {proc.returncode}: "
-                        f"{first_error(proc.stdout + proc.stderr)}")
+    runs.train(launch, args.job, out, settings(args, algo, seed), f"{algo} seed {seed}")
 
 
 def run(args: argparse.Namespace) -> int:

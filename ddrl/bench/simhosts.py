@@ -134,7 +134,7 @@ class SimulatedHosts:
 
     def _build(self) -> None:
         bridge, net = f"ddrlbr{self.index}", f"{PREFIX}.{self.index}"
-        _ip("addr", "add", f"{net}.1/24", "dev", bridge)
+        _ip("addr", "add", f"{self.gateway}/24", "dev", bridge)
         _ip("link", "set", bridge, "up")
         for i in range(1, self.count + 1):
             host = Host(name=f"h{i}", address=f"{net}.{10 + i}", netns=f"ddrl{self.index}-h{i}",
@@ -162,6 +162,17 @@ class SimulatedHosts:
                 _tbf("eth0", bits, host.netns)   # what the host sends
                 _tbf(host.link, bits)            # what it receives
         self.rate = rate
+
+    @property
+    def gateway(self) -> str:
+        """The bridge's address in this machine's own namespace: daemons there (mpirun, a
+        slurmctld) are reached by the hosts at it."""
+        return f"{PREFIX}.{self.index}.1"
+
+    def inside(self, host: Host, argv: list[str]) -> list[str]:
+        """argv run on `host`: in its network namespace, under its host name."""
+        return ["ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c",
+                f'hostname {host.name}; exec "$@"', "sh", *argv]
 
     def _write_agent(self) -> None:
         # Open MPI runs `AGENT HOST ORTED-COMMAND...`; the daemon (and the ranks it starts)

@@ -8,17 +8,9 @@ k of n and n of n, each with every worker at speed and with the last worker slow
 from __future__ import annotations
 
 import argparse
-import re
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 from ddrl.errors import DdrlError
-
-TRACEBACK_END = re.compile(r"^[\w.]+(Error|Exception): ")
-DDRL_ERROR = re.compile(r"^ddrl: error: ")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -44,43 +36,18 @@ class Rates:
 
 
 def measure(job: str, overrides: list[str], workers: int, servers: int, seconds: float) -> Rates:
-    import h5py
-
-    from ddrl.bench.node import warmup_seconds
+    from ddrl.bench.runs import timed_rows
     from ddrl.distributed.launch import mpirun_command
 
-    warmup = warmup_seconds(seconds)
-    sets = ["sync.mode=ps", f"sync.ps={servers}", *overrides,
-            f"run.max_minutes={(warmup + seconds) / 60}", "run.max_frames=1000000000000",
-            "eval.episodes=0", "eval.target=none", "run.log_every=1", "run.checkpoint_minutes=1e6",
-            "run.progress_seconds=1e6"]
-    with tempfile.TemporaryDirectory(prefix="ddrl-bench-") as tmp:
-        out = Path(tmp) / "run"
-        cmd = [*mpirun_command(workers + servers), sys.executable, "-m", "ddrl", "train", job,
-               "--out", str(out), *(arg for s in sets for arg in ("--set", s))]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise DdrlError(f"the measured training exited with {proc.returncode}: "
-                            f"{first_error(proc.stdout + proc.stderr)}")
-        with h5py.File(out / "log.h5", "r") as f:
-            rows = f["servers"][:]
-    rows = rows[(rows["server"] == 0) & (rows["wall_time"] >= warmup)]
+    sets = ["sync.mode=ps", f"sync.ps={servers}", *overrides]
+    rows, warmup = timed_rows(mpirun_command(workers + servers), job, sets, seconds, "servers",
+                              "the measured training")
+    rows = rows[rows["server"] == 0]
     if len(rows) < 2:
         raise DdrlError(f"fewer than 2 updates after {warmup:.0f} s of warm-up: raise --seconds")
     first, last = rows[0], rows[-1]
     span = last["wall_time"] - first["wall_time"]
     return Rates(*((last[k] - first[k]) / span for k in ("version", "applied", "dropped")))
-
-
-def first_error(output: str) -> str:
-    """A rank's own error line rather than the launcher's banner that follows it: the end of
-    a traceback, else a `ddrl: error:` line, else the last line."""
-    lines = output.strip().splitlines() or ["no output"]
-    for pattern in (TRACEBACK_END, DDRL_ERROR):
-        found = [line for line in lines if pattern.match(line)]
-        if found:
-            return found[0]
-    return lines[-1]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ import hashlib
 import os
 import signal
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +70,11 @@ class Trainer:
         self._target_reached = False
         self._best = checkpoint.best_score(run_dir / "checkpoints") if world.is_root else None
         self._side = side_channel(world.size)
+        # Periodic checkpoints are written off the training thread (a large net's .npz takes
+        # seconds on a slow shared filesystem); one at a time, and a failed write surfaces at
+        # the next checkpoint or at the end.
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="ddrl-checkpoint")
+        self._writing: Future | None = None
 
     def _extras(self, signalled: bool, frames: int, figures: list[float]) -> np.ndarray:
         extras = self._side.pack(signalled=float(signalled), frames=frames)
@@ -136,7 +142,7 @@ class Trainer:
                                            side["ranks"].reshape(self.world.size, fields),
                                            sim, pred)
                     if time.monotonic() - last_ckpt >= cfg.run.checkpoint_minutes * 60:
-                        self._checkpoint()
+                        self._checkpoint(background=True)
                         last_ckpt = time.monotonic()
                 if side["signalled"] > 0:
                     reason = "signal"
@@ -213,9 +219,11 @@ class Trainer:
                 self.log.append(table, {"update": self.c.update, "wall_time": self.c.wall_time,
                                         **row})
 
-    def _checkpoint(self) -> Path | None:
-        """The new checkpoint; None when the weights are no longer finite, so that a diverged
-        run never rotates its good checkpoints out."""
+    def _checkpoint(self, background: bool = False) -> Path | None:
+        """The new checkpoint (None when written in the background); None also when the
+        weights are no longer finite, so that a diverged run never rotates its good
+        checkpoints out."""
+        self._wait_for_writer()
         # Rows up to the checkpoint must be on disk first: a resume keeps exactly those.
         self.log.flush()
         self.sync.pull_state(self.learner)
@@ -223,9 +231,20 @@ class Trainer:
         weights = self.learner.get_weights()
         if not np.isfinite(weights).all():
             return None
-        return checkpoint.save(self.run_dir / "checkpoints", checkpoint.Checkpoint(
+        # The copies are taken here, between updates; the writer only writes them.
+        args = (self.run_dir / "checkpoints", checkpoint.Checkpoint(
             c.update, c.frames, c.wall_time, c.restarts, weights,
-            self.learner.get_optimizer_state()), self.cfg.run.keep_checkpoints)
+            [a.copy() for a in self.learner.get_optimizer_state()]),
+            self.cfg.run.keep_checkpoints)
+        if background:
+            self._writing = self._writer.submit(checkpoint.save, *args)
+            return None
+        return checkpoint.save(*args)
+
+    def _wait_for_writer(self) -> None:
+        if self._writing is not None:
+            writing, self._writing = self._writing, None
+            writing.result()
 
     def _finish(self, reason: str) -> int:
         # First: a backend may wait for the other ranks' last exchange (at most sync.timeout).
@@ -253,6 +272,7 @@ class Trainer:
                            derive_seed(self.cfg.run.seed, 0, f"final-eval/{c.update}"))
             self._log_eval(c.update, c.frames, c.wall_time, res, self.learner.get_weights())
         path = self._checkpoint()
+        self._writer.shutdown()
         self.log.close()
         self.progress.maybe_print(c.frames, c.wall_time, c.update, force=True)
         if reason == "nonfinite":

@@ -8,10 +8,13 @@
 # MPI step, pass Slurm's warning signal on to it and requeue the job when it stopped resumably.
 #
 # Environment: DDRL_JOB, DDRL_OUT (instead of the arguments), DDRL_VENV (the environment with
-# `ddrl`), DDRL_LAUNCHER (srun | mpirun), DDRL_SRUN_ARGS, DDRL_MPIRUN_ARGS (binding flags).
+# `ddrl`), DDRL_LAUNCHER (srun | mpirun), DDRL_SRUN_ARGS, DDRL_MPIRUN_ARGS (binding flags),
+# DDRL_MAX_RESTARTS (restarts after a lost rank or node within one job, default 3).
 
 # `ddrl train` exits with this code after a signal made it checkpoint: the run can go on.
 DDRL_EXIT_RESUMABLE=3
+# Exit codes that a restart cannot mend: bad input (2), a diverged run (5).
+DDRL_EXIT_FINAL="2 5"
 
 # Each rank keeps one GPU: the one at its local rank in the list Slurm granted the node
 # (a list of one under --gpus-per-task). mpirun's ranks share one SLURM_LOCALID, so Open
@@ -53,13 +56,28 @@ ddrl_launcher() {
       # Slurm 22.05's srun ignores the job's --cpus-per-task unless told again; -K1 ends the
       # step when one rank fails instead of leaving the others blocked in a collective.
       read -ra flags <<< "${DDRL_SRUN_ARGS---cpu-bind=cores}"
-      launcher=(srun --mpi=pmix -K1 ${SLURM_CPUS_PER_TASK:+"--cpus-per-task=$SLURM_CPUS_PER_TASK"} "${flags[@]}") ;;
+      launcher=(srun --mpi=pmix -K1 ${SLURM_CPUS_PER_TASK:+"--cpus-per-task=$SLURM_CPUS_PER_TASK"} "${flags[@]}")
+      ddrl_shrink ;;
     mpirun)
       read -ra flags <<< "${DDRL_MPIRUN_ARGS---bind-to core --map-by slot:PE=${SLURM_CPUS_PER_TASK:-1}}"
       [ "$(id -u)" != 0 ] || flags+=(--allow-run-as-root)
       launcher=(mpirun "${flags[@]}") ;;
     *) ddrl_die "DDRL_LAUNCHER=$DDRL_LAUNCHER: expected srun or mpirun" ;;
   esac
+}
+
+# After a node failure (the scripts ask for --no-kill, so the job keeps the nodes left) the
+# next step runs on the nodes still allocated, with as many tasks per node as before.
+ddrl_shrink() {
+  local nodes per_node
+  # SLURM_NTASKS_PER_NODE reads like "2" or "2(x3)".
+  per_node=${SLURM_NTASKS_PER_NODE:-}
+  per_node=${per_node%%[!0-9]*}
+  [ -n "${SLURM_JOB_ID:-}" ] && [ -n "$per_node" ] || return 0
+  nodes=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o ' NumNodes=[0-9]*' | cut -d= -f2)
+  if [ -n "$nodes" ] && [ "$nodes" -lt "${SLURM_JOB_NUM_NODES:-$nodes}" ]; then
+    launcher+=(--nodes="$nodes" --ntasks="$((nodes * per_node))")
+  fi
 }
 
 ddrl_main() {
@@ -78,24 +96,40 @@ ddrl_main() {
   fi
   [ -z "${DDRL_OUT:-}" ] || set -- "$1" --out "$DDRL_OUT" "${@:2}"
 
-  local ddrl resolved
+  local ddrl resolved rc attempt=0 max_restarts=${DDRL_MAX_RESTARTS:-3}
   local -a train_args launcher
   ddrl_find
-  ddrl_launcher
-  # Also the fail-fast check: a bad job file stops here with one `ddrl: error:` line,
-  # before any MPI rank starts.
-  resolved=$("$ddrl" slurm --resolve "$@") || exit
-  mapfile -t train_args <<< "$resolved"
+  [[ $max_restarts =~ ^[0-9]+$ ]] || ddrl_die "DDRL_MAX_RESTARTS=$max_restarts: expected a whole number"
+  while :; do
+    ddrl_launcher
+    # Also the fail-fast check: a bad job file stops here with one `ddrl: error:` line,
+    # before any MPI rank starts. After a failure it finds the checkpoint to resume from.
+    resolved=$("$ddrl" slurm --resolve "$@") || exit
+    mapfile -t train_args <<< "$resolved"
 
-  echo "ddrl: job ${SLURM_JOB_ID:-?} restart ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST:-?}: ${launcher[*]} $ddrl train ${train_args[*]}"
-  "${launcher[@]}" bash -c "$DDRL_RANK_SH" ddrl-rank "$ddrl" train "${train_args[@]}" &
-  step_pid=$!
-  [ -z "$stop" ] || kill -USR1 "$step_pid"
-  # A trapped signal interrupts `wait` while the step still runs: wait again until it is gone,
-  # then read its exit status.
-  while kill -0 "$step_pid" 2>/dev/null; do wait "$step_pid"; done
-  wait "$step_pid"
-  local rc=$?
+    echo "ddrl: job ${SLURM_JOB_ID:-?} restart ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST:-?}: ${launcher[*]} $ddrl train ${train_args[*]}"
+    "${launcher[@]}" bash -c "$DDRL_RANK_SH" ddrl-rank "$ddrl" train "${train_args[@]}" &
+    step_pid=$!
+    [ -z "$stop" ] || kill -USR1 "$step_pid"
+    # A trapped signal interrupts `wait` while the step still runs: wait again until it is
+    # gone, then read its exit status.
+    while kill -0 "$step_pid" 2>/dev/null; do wait "$step_pid"; done
+    wait "$step_pid"
+    rc=$?
+    step_pid=""
+    # A rank or node lost (killed, crashed, or silent past sync.timeout: exit 4) ends the
+    # step; the job goes on from the last checkpoint on what is left of the allocation.
+    if [ "$rc" -eq 0 ] || [ "$rc" -eq "$DDRL_EXIT_RESUMABLE" ] || [ -n "$stop" ] \
+       || [[ " $DDRL_EXIT_FINAL " == *" $rc "* ]]; then
+      break
+    fi
+    if [ "$attempt" -ge "$max_restarts" ]; then
+      echo "ddrl: error: the step failed (exit $rc) and the job has restarted $attempt time(s), its limit (DDRL_MAX_RESTARTS=$max_restarts)" >&2
+      break
+    fi
+    attempt=$((attempt + 1))
+    echo "ddrl: the step failed (exit $rc): restart $attempt of $max_restarts from the last checkpoint"
+  done
   trap - USR1 TERM
 
   if [ "$rc" -eq "$DDRL_EXIT_RESUMABLE" ] && [ "$stop" = cancel ]; then

@@ -1,0 +1,204 @@
+"""`ddrl bench scaling JOB.toml`: a model of synchronous training's update rate on p nodes,
+calibrated and checked on simulated hosts (ddrl/bench/simhosts.py), then extrapolated to 64.
+
+An update on a node is its own work (simulate, predict, compute the gradient: t_node, which
+does not change with p in data parallelism) followed by the sync, which does:
+- all-reduce as Open MPI runs it here (recursive doubling, checked by timing 2-4 hosts: 3
+  hosts cost 3x and 4 hosts 2x what 2 cost): log2 p exchanges of the whole n-byte gradient at
+  the link's bandwidth B, each after a latency a, plus one step in and one out for the ranks
+  beyond the largest power of 2:  T = (floor(log2 p) + 2 [p not a power of 2]) (a + n / B).
+  (A ring would cost 2 (p - 1) (a + n / (p B)), less at large p: Horovod's own ring is for
+  GPUs; on CPUs it calls the same MPI_Allreduce.)
+- s parameter servers: each server's link carries every worker's 1/s slice both ways, each
+  worker's link the whole gradient:  T = 2 a + max(p / s, 1) n / B.
+The update rate is 1 / (t_node + T) and the parallel efficiency t_node / (t_node + T); the
+gradient cannot overlap the sync because the next batch's gradient needs the new weights.
+
+Calibration: a and B from timed mpi4py all-reduces of several sizes between 2 simulated hosts
+at the link rate. Check: real `ddrl train` runs of the job across 2..N simulated hosts (one rank
+each); each run's t_node (its wall time per update less its sync time) and the model's T give a
+predicted update rate, set beside the measured one.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from ddrl.errors import DdrlError
+from ddrl.output import say
+
+CALIBRATION_MB = (0.25, 1.0, 2.0, 4.0)
+# The paper's configuration (section 3.1): 332,295 float32 weights (FC 128), batch 32 per
+# worker, 4 parameter servers; its Fig. 6 shows about 205 data points/s per worker at FC 128,
+# so about 32 / 205 s of work per update on a 12-core node.
+PAPER_WEIGHTS = 332_295
+PAPER_T_NODE = 32 / 205
+PAPER_SERVERS = 4
+# Its reported scaling: 14.2 h to the Breakout target on 1 node, 21 min on 64.
+PAPER_EFFICIENCY_64 = 14.2 * 60 / 21 / 64
+
+
+@dataclass(frozen=True)
+class Link:
+    latency: float    # a: seconds per message step
+    bandwidth: float  # B: bytes per second
+
+    def allreduce(self, p: int, nbytes: float) -> float:
+        if p < 2:
+            return 0.0
+        power = p.bit_length() - 1
+        steps = power + (2 if p != 1 << power else 0)
+        return steps * (self.latency + nbytes / self.bandwidth)
+
+    def parameter_servers(self, p: int, nbytes: float, servers: int) -> float:
+        return 2 * self.latency + max(p / servers, 1.0) * nbytes / self.bandwidth
+
+
+def fit_link(sizes: np.ndarray, seconds: np.ndarray) -> Link:
+    """Least squares of the 2-node all-reduce time T = a + n / B."""
+    slope, intercept = np.polyfit(sizes, seconds, 1)
+    if slope <= 0:
+        raise DdrlError("calibration: all-reduce time did not grow with size; raise --repeat")
+    return Link(latency=max(intercept, 0.0), bandwidth=1.0 / slope)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", help="TOML job file (all-reduce sync)")
+    p.add_argument("--hosts", type=int, nargs="*", default=[2, 3, 4],
+                   help="simulated host counts to check the model on (default 2 3 4)")
+    p.add_argument("--rate", default="100mbit", help="link rate of the simulated hosts")
+    p.add_argument("--seconds", type=float, default=60.0, help="measured seconds per run")
+    p.add_argument("--repeat", type=int, default=10, help="timed all-reduces per size")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key of the job (repeatable)")
+    p.add_argument("--predict", type=int, nargs="*", default=[1, 2, 4, 8, 16, 32, 64],
+                   help="node counts to predict")
+    p.add_argument("--links", nargs="*", default=["1gbit", "10gbit", "56gbit"],
+                   help="link rates for the paper configuration's prediction")
+
+
+CALIBRATE = """
+import sys, time, numpy as np
+from mpi4py import MPI
+from ddrl.output import say
+comm, repeat = MPI.COMM_WORLD, int(sys.argv[1])
+for mb in map(float, sys.argv[2:]):
+    buf = np.ones(int(mb * 2**20) // 4, np.float32)
+    comm.Allreduce(MPI.IN_PLACE, buf)
+    times = []
+    for _ in range(repeat):
+        comm.Barrier()
+        t = time.perf_counter()
+        comm.Allreduce(MPI.IN_PLACE, buf)
+        times.append(time.perf_counter() - t)
+    worst = comm.allreduce(float(np.median(times)), op=MPI.MAX)
+    if comm.rank == 0:
+        say(f"calibration {buf.nbytes} {worst}")
+"""
+
+
+def calibrate(rate: str, repeat: int) -> Link:
+    from ddrl.bench.simhosts import SimulatedHosts
+
+    with SimulatedHosts(2, rate=rate) as net:
+        cmd = net.mpirun([1, 1]) + [sys.executable, "-c", CALIBRATE, str(repeat),
+                                    *map(str, CALIBRATION_MB)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    rows = [line.split()[1:] for line in proc.stdout.splitlines()
+            if line.startswith("calibration ")]
+    if proc.returncode != 0 or len(rows) != len(CALIBRATION_MB):
+        raise DdrlError(f"calibration failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
+    sizes, seconds = np.array(rows, dtype=float).T
+    return fit_link(sizes, seconds)
+
+
+@dataclass(frozen=True)
+class Measured:
+    hosts: int
+    updates_per_s: float
+    t_node: float
+    t_sync: float
+    nbytes: int
+
+
+def measure(job: str, overrides: list[str], hosts: int, rate: str, seconds: float,
+            nbytes: int) -> Measured:
+    from ddrl.bench.runs import timed_rows
+    from ddrl.bench.simhosts import SimulatedHosts
+
+    with SimulatedHosts(hosts, rate=rate) as net:
+        rows, warmup = timed_rows(net.mpirun([1] * hosts), job, overrides, seconds, "train",
+                                  f"the measured training on {hosts} hosts")
+    if len(rows) < 3:
+        raise DdrlError(f"fewer than 3 updates after {warmup:.0f} s of warm-up: raise --seconds")
+    span = rows["wall_time"][-1] - rows["wall_time"][0]
+    updates = rows["update"][-1] - rows["update"][0]
+    t_sync = float(rows["t_sync"][1:].mean())
+    return Measured(hosts, updates / span, span / updates - t_sync, t_sync, nbytes)
+
+
+def gradient_bytes(cfg) -> int:
+    from ddrl.algos import make_algorithm
+    from ddrl.envs import env_spec
+    from ddrl.models import build_model
+
+    obs_shape, _, actions = env_spec(cfg)
+    head = make_algorithm(cfg).head
+    return 4 * build_model(cfg.model, obs_shape, actions, head).count_params()
+
+
+def run(args: argparse.Namespace) -> int:
+    from ddrl.bench.simhosts import available, parse_rate
+    from ddrl.config import load_config
+    from ddrl.envs import check_env_id
+
+    reason = available()
+    if reason:
+        raise DdrlError(f"bench scaling: {reason}")
+    parse_rate(args.rate)
+    for rate in args.links:
+        parse_rate(rate)
+    if args.seconds <= 0 or any(h < 2 for h in args.hosts) or any(p < 1 for p in args.predict):
+        raise DdrlError("bench scaling: need --seconds > 0, --hosts >= 2, --predict >= 1")
+    cfg = load_config(args.job, args.set, check_env=check_env_id)
+    if cfg.sync.mode != "allreduce":
+        raise DdrlError("bench scaling checks the all-reduce model: use a job with "
+                        "sync.mode = 'allreduce'")
+    nbytes = gradient_bytes(cfg)
+    link = calibrate(args.rate, args.repeat)
+    say(f"[ddrl] links {args.rate}: fitted latency {link.latency * 1e3:.2f} ms per step, "
+        f"bandwidth {link.bandwidth * 8 / 1e6:.1f} Mbit/s")
+    say(f"{'hosts':>5} {'t_node ms':>10} {'sync ms':>9} {'model ms':>9} {'updates/s':>10} "
+        f"{'predicted':>10} {'error':>7}")
+    measured = []
+    for hosts in args.hosts:
+        m = measure(args.job, args.set, hosts, args.rate, args.seconds, nbytes)
+        model = link.allreduce(hosts, m.nbytes)
+        predicted = 1.0 / (m.t_node + model)
+        measured.append(m)
+        say(f"{hosts:>5} {m.t_node * 1e3:>10.1f} {m.t_sync * 1e3:>9.1f} {model * 1e3:>9.1f} "
+            f"{m.updates_per_s:>10.2f} {predicted:>10.2f} "
+            f"{predicted / m.updates_per_s - 1:>+7.0%}")
+    # The fewest simulated hosts share this machine's cores least: the closest to a node's own.
+    t_node = min(m.t_node for m in measured)
+    say(f"\nthis job on p nodes at {args.rate} (t_node {t_node * 1e3:.0f} ms, "
+        f"gradient {measured[0].nbytes / 2**20:.2f} MB): predicted efficiency")
+    say("  ".join(f"p={p}: {t_node / (t_node + link.allreduce(p, measured[0].nbytes)):.0%}"
+                  for p in args.predict))
+    say(f"\nthe paper's configuration ({PAPER_WEIGHTS:,} weights, {PAPER_SERVERS} parameter "
+        f"servers, t_node {PAPER_T_NODE * 1e3:.0f} ms), fitted latency, link rates "
+        f"{', '.join(args.links)}: predicted efficiency")
+    for rate in args.links:
+        paper = Link(link.latency, parse_rate(rate) / 8)
+        cells = []
+        for p in args.predict:
+            t_sync = paper.parameter_servers(p, 4 * PAPER_WEIGHTS, PAPER_SERVERS) if p > 1 else 0
+            cells.append(f"p={p}: {PAPER_T_NODE / (PAPER_T_NODE + t_sync):.0%}")
+        say(f"  {rate:>7}  " + "  ".join(cells))
+    say(f"the paper reports {PAPER_EFFICIENCY_64:.0%} at 64 nodes (14.2 h on 1 node, 21 min on "
+        "64, time to the Breakout target; its 64-node runs also used larger effective batches)")
+    return 0
