@@ -109,6 +109,7 @@ class StopSignals:
 
     def __init__(self):
         self.received: int | None = None
+        self.job_stopping = False
         self._previous = {}
 
     def __enter__(self) -> "StopSignals":
@@ -122,6 +123,9 @@ class StopSignals:
 
     def __exit__(self, *exc) -> None:
         # After a stop request, Slurm often sends a second signal (TERM from scancel plus the
-        # batch script's forwarded USR1): ignore it so it cannot kill the orderly exit.
+        # batch script's forwarded USR1): ignore it so it cannot kill the orderly exit. So
+        # also when another rank's signal stopped the job (`job_stopping`): across nodes this
+        # rank's own copy of the signal can arrive after the job has agreed to stop.
+        stopping = self.received is not None or self.job_stopping
         for sig, handler in self._previous.items():
-            signal.signal(sig, signal.SIG_IGN if self.received is not None else handler)
+            signal.signal(sig, signal.SIG_IGN if stopping else handler)

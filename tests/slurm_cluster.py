@@ -1,11 +1,14 @@
-"""A real one-node Slurm cluster for tests: munged, slurmctld and slurmd in a temporary directory.
+"""A real Slurm cluster for tests: munged, slurmctld and slurmd in a temporary directory; one
+node (this machine), or one slurmd per simulated host (ddrl/bench/simhosts.py) for multi-node
+jobs whose ranks talk over the hosts' links.
 
 Everything is private to the session: its own munge key and socket, its own ports, state and
 spool directories, so it touches no system configuration and can run beside another test
-session's cluster. Tests talk to it through `SLURM_CONF`, which the fixture exports.
+session's cluster. Tests talk to it through `SLURM_CONF`, which the fixtures export.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -17,6 +20,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from ddrl.bench.simhosts import SimulatedHosts
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "scontrol", "scancel", "sinfo", "squeue", "srun")
@@ -64,10 +69,13 @@ def _stop(proc: subprocess.Popen) -> None:
 class SlurmCluster:
     """Daemons started by `start` are the only ones `stop` ends (by their Popen handles)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, hosts: SimulatedHosts | None = None):
         self.root = root
         self.conf = root / "slurm.conf"
         self.host = socket.gethostname()
+        self.hosts = hosts
+        # The nodes: this machine, or the simulated hosts (slurmctld stays on this machine).
+        self.nodes = [h.name for h in hosts.hosts] if hosts else [self.host]
         self._procs: list[subprocess.Popen] = []
 
     @property
@@ -78,11 +86,23 @@ class SlurmCluster:
         cpus = max(MIN_CPUS, os.cpu_count() or 1)
         mem_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
         r = self.root
+        # A simulated host killed by a test is declared down after this many seconds (default
+        # 300); the single-node cluster keeps the default, so a loaded machine never loses it.
+        timeout = "SlurmdTimeout=20" if self.hosts else ""
+        if self.hosts:
+            ctl_addr = self.hosts.gateway
+            nodes = "\n".join(f"NodeName={h.name} NodeAddr={h.address} CPUs={cpus} "
+                              f"RealMemory={mem_mb // len(self.nodes)} State=UNKNOWN"
+                              for h in self.hosts.hosts)
+        else:
+            ctl_addr = "127.0.0.1"
+            nodes = (f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={mem_mb} "
+                     "State=UNKNOWN")
         for d in ("state", "spool"):
             (r / d).mkdir()
         self.conf.write_text(f"""\
 ClusterName=ddrltest
-SlurmctldHost={self.host}(127.0.0.1)
+SlurmctldHost={self.host}({ctl_addr})
 SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
 AuthType=auth/munge
@@ -105,27 +125,30 @@ MinJobAge=3600
 # Schedule (and start requeued jobs) within seconds instead of the default minute.
 SchedulerParameters=sched_interval=2,bf_interval=1
 StateSaveLocation={r}/state
-SlurmdSpoolDir={r}/spool
+SlurmdSpoolDir={r}/spool/%n
+# Per node: the PMIx plugin makes its directories there, which nodes on one machine must not share.
+TmpFS={r}/tmp/%n
+{timeout}
 SlurmctldPidFile={r}/slurmctld.pid
-SlurmdPidFile={r}/slurmd.pid
+SlurmdPidFile={r}/slurmd-%n.pid
 SlurmctldLogFile={r}/slurmctld.log
-SlurmdLogFile={r}/slurmd.log
-NodeName={self.host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={mem_mb} State=UNKNOWN
-PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+SlurmdLogFile={r}/slurmd-%n.log
+{nodes}
+PartitionName=debug Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """)
 
-    def _spawn(self, name: str, *args: str) -> None:
-        log = open(self.root / f"{name}.out", "wb")
-        self._procs.append(subprocess.Popen([name, *args], stdout=log, stderr=subprocess.STDOUT,
-                                            env=self.env, cwd=self.root))
+    def _spawn(self, name: str, *args: str, prefix=lambda argv: argv, log_name: str = "") -> None:
+        log = open(self.root / f"{log_name or name}.out", "wb")
+        self._procs.append(subprocess.Popen(prefix([name, *args]), stdout=log,
+                                            stderr=subprocess.STDOUT, env=self.env, cwd=self.root))
         log.close()
 
     def _wait_until(self, what: str, ready, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not ready():
-            dead = [p.args[0] for p in self._procs if p.poll() is not None]
+            dead = [p.args for p in self._procs if p.poll() is not None]
             if dead or time.monotonic() > deadline:
-                logs = "\n".join(f"--- {n}\n{_tail(self.root / f'{n}.out')}" for n in DAEMONS)
+                logs = "\n".join(f"--- {f.name}\n{_tail(f)}" for f in self.root.glob("*.out"))
                 raise RuntimeError(f"Slurm test cluster: {what} (exited: {dead})\n{logs}\n"
                                    f"--- slurmctld.log\n{_tail(self.root / 'slurmctld.log')}")
             time.sleep(0.5)
@@ -141,12 +164,22 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP Over
         self._wait_until("munged did not create its socket", sock.exists, 15)
         self._write_conf(sock)
         self._spawn("slurmctld", "-D", "-f", str(self.conf))
-        self._spawn("slurmd", "-D", "-f", str(self.conf))
-        self._wait_until("the node did not become idle", self._node_idle, 60)
+        if self.hosts:
+            for host in self.hosts.hosts:
+                for d in ("spool", "tmp"):
+                    (self.root / d / host.name).mkdir(parents=True)
+                self._spawn("slurmd", "-D", "-N", host.name, "-f", str(self.conf),
+                            prefix=lambda argv, h=host: self.hosts.inside(h, argv),
+                            log_name=f"slurmd-{host.name}")
+        else:
+            for d in ("spool", "tmp"):
+                (self.root / d / self.host).mkdir(parents=True)
+            self._spawn("slurmd", "-D", "-f", str(self.conf))
+        self._wait_until("the nodes did not become idle", self._nodes_idle, 60)
 
-    def _node_idle(self) -> bool:
-        out = self.run("sinfo", "-h", "-n", self.host, "-o", "%t", check=False).stdout
-        return out.strip() == "idle"
+    def _nodes_idle(self) -> bool:
+        out = self.run("sinfo", "-h", "-N", "-o", "%t", check=False).stdout.split()
+        return out == ["idle"] * len(self.nodes)
 
     def stop(self) -> None:
         if any(p.args[0] == "slurmctld" and p.poll() is None for p in self._procs):
@@ -215,12 +248,10 @@ def missing_requirements() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    reason = missing_requirements()
-    if reason:
-        pytest.skip(reason)
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+@contextlib.contextmanager
+def running(cluster: SlurmCluster) -> Iterator[SlurmCluster]:
+    """The cluster started with SLURM_CONF pointing at it; stopped and SLURM_CONF restored
+    afterwards."""
     previous = os.environ.get("SLURM_CONF")
     try:
         cluster.start()
@@ -232,3 +263,25 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
             os.environ.pop("SLURM_CONF", None)
         else:
             os.environ["SLURM_CONF"] = previous
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    reason = missing_requirements()
+    if reason:
+        pytest.skip(reason)
+    with running(SlurmCluster(tmp_path_factory.mktemp("slurm"))) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def slurm_hosts_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A 2-node cluster: one slurmd in each of 2 simulated hosts."""
+    from ddrl.bench.simhosts import available
+
+    reason = missing_requirements() or available()
+    if reason:
+        pytest.skip(reason)
+    with SimulatedHosts(2) as hosts, \
+            running(SlurmCluster(tmp_path_factory.mktemp("slurm-hosts"), hosts)) as cluster:
+        yield cluster

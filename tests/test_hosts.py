@@ -101,10 +101,15 @@ def test_simulated_hosts_are_removed_afterwards():
     assert not any(name in listed.split() for name in names)
 
 
-def test_bench_scaling_calibrates_checks_and_predicts():
+@pytest.mark.parametrize("sync, described", [
+    ((), "sync: all-reduce"),
+    (("--set", "sync.mode=ps", "--set", "sync.ps=1", "--set", "sync.timeout=60"),
+     "sync: 1 parameter server(s), each on a host of its own")])
+def test_bench_scaling_calibrates_checks_and_predicts(sync, described):
     res = ddrl("bench", "scaling", JOBS / "cartpole.toml", "--hosts", "2", "--seconds", "4",
-               "--repeat", "3", "--rate", "1gbit", "--set", "node.mode=a2c", timeout=300)
+               "--repeat", "3", "--rate", "1gbit", "--set", "node.mode=a2c", *sync, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert described in res.stdout
     lines = res.stdout.splitlines()
     link = next(line for line in lines if line.startswith("[ddrl] links 1gbit: fitted latency"))
     assert float(link.split("bandwidth ")[1].split()[0]) > 0

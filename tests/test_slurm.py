@@ -150,26 +150,34 @@ def test_train_script_two_ranks(slurm_cluster, tmp_path):
     assert checkpoint.load(checkpoint.latest(out / "checkpoints")).frames >= 8000
 
 
-def test_warning_signal_checkpoints_requeues_and_resumes(slurm_cluster, tmp_path):
-    out = tmp_path / "run"
+def warn_and_resume(cluster: SlurmCluster, out: Path, options: tuple[str, ...] = ()
+                    ) -> tuple[str, np.ndarray, np.ndarray]:
+    """A job that gets the time-limit warning mid-run; it must checkpoint, requeue, resume and
+    complete. Its output, `/train` and `/starts` rows."""
     # Long enough (about 15 s of training here) that the run cannot end before the signal
     # arrives, even on a loaded machine: at 24,000 frames it sometimes did.
-    job = slurm_cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),
-                               "--set", "run.max_frames=120000", *FAST)
-    wait_for_training(slurm_cluster, job, out / "log.h5", timeout=90)
+    job = cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),
+                         "--set", "run.max_frames=120000", *FAST, options=options)
+    wait_for_training(cluster, job, out / "log.h5", timeout=120)
     # What Slurm sends 120 s before the time limit (--signal=B:USR1@120).
-    slurm_cluster.run("scancel", "--signal=USR1", "--batch", job)
-    [result] = slurm_cluster.wait(job, timeout=180)
+    cluster.run("scancel", "--signal=USR1", "--batch", job)
+    [result] = cluster.wait(job, timeout=240)
     text = result.text()
     assert (result.state, result.exit_code) == ("COMPLETED", 0), text
     assert result.restarts >= 1 and f"job {job} requeued" in text and "(resuming)" in text, text
     with h5py.File(out / "log.h5", "r", swmr=True) as f:
         assert f.attrs["restarts"] >= 1
-        rows = f["train"][:]
+        rows, starts = f["train"][:], f["starts"][:]
     updates = rows["update"]
     assert np.all(np.diff(updates) > 0), f"duplicated or unordered updates: {updates}"
     assert set(rows["restart"]) >= {0, 1}, "the log should hold rows from before and after"
     assert checkpoint.load(checkpoint.latest(out / "checkpoints")).frames >= 120000
+    return text, rows, starts
+
+
+def test_warning_signal_checkpoints_requeues_and_resumes(slurm_cluster, tmp_path):
+    _, _, starts = warn_and_resume(slurm_cluster, tmp_path / "run")
+    assert list(starts["restart"][:2]) == [0, 1] and list(starts["world_size"][:2]) == [2, 2]
 
 
 def test_cancel_checkpoints_and_the_job_stays_cancelled(slurm_cluster, tmp_path):

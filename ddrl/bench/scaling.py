@@ -1,5 +1,6 @@
-"""`ddrl bench scaling JOB.toml`: a model of synchronous training's update rate on p nodes,
-calibrated and checked on simulated hosts (ddrl/bench/simhosts.py), then extrapolated to 64.
+"""`ddrl bench scaling JOB.toml`: a model of synchronous training's update rate on p nodes
+(all-reduce, or the job's parameter servers), calibrated and checked on simulated hosts
+(ddrl/bench/simhosts.py), then extrapolated to 64.
 
 An update on a node is its own work (simulate, predict, compute the gradient: t_node, which
 does not change with p in data parallelism) followed by the sync, which does:
@@ -125,14 +126,16 @@ class Measured:
     nbytes: int
 
 
-def measure(job: str, overrides: list[str], hosts: int, rate: str, seconds: float,
-            nbytes: int) -> Measured:
+def measure(job: str, overrides: list[str], hosts: int, servers: int, rate: str,
+            seconds: float, nbytes: int) -> Measured:
+    """`hosts` workers, one per simulated host, and the parameter servers (if any) each on a
+    host of its own (they are the last ranks)."""
     from ddrl.bench.runs import timed_rows
     from ddrl.bench.simhosts import SimulatedHosts
 
-    with SimulatedHosts(hosts, rate=rate) as net:
-        rows, warmup = timed_rows(net.mpirun([1] * hosts), job, overrides, seconds, "train",
-                                  f"the measured training on {hosts} hosts")
+    with SimulatedHosts(hosts + servers, rate=rate) as net:
+        rows, warmup = timed_rows(net.mpirun([1] * (hosts + servers)), job, overrides, seconds,
+                                  "train", f"the measured training on {hosts} hosts")
     if len(rows) < 3:
         raise DdrlError(f"fewer than 3 updates after {warmup:.0f} s of warm-up: raise --seconds")
     span = rows["wall_time"][-1] - rows["wall_time"][0]
@@ -165,19 +168,23 @@ def run(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or any(h < 2 for h in args.hosts) or any(p < 1 for p in args.predict):
         raise DdrlError("bench scaling: need --seconds > 0, --hosts >= 2, --predict >= 1")
     cfg = load_config(args.job, args.set, check_env=check_env_id)
-    if cfg.sync.mode != "allreduce":
-        raise DdrlError("bench scaling checks the all-reduce model: use a job with "
-                        "sync.mode = 'allreduce'")
+    servers = cfg.sync.ps if cfg.sync.mode == "ps" else 0
     nbytes = gradient_bytes(cfg)
     link = calibrate(args.rate, args.repeat)
     say(f"[ddrl] links {args.rate}: fitted latency {link.latency * 1e3:.2f} ms per step, "
         f"bandwidth {link.bandwidth * 8 / 1e6:.1f} Mbit/s")
+    def sync_model(p: int) -> float:
+        if servers:
+            return link.parameter_servers(p, nbytes, servers)
+        return link.allreduce(p, nbytes)
+
+    say(f"sync: {f'{servers} parameter server(s), each on a host of its own' if servers else 'all-reduce'}")
     say(f"{'hosts':>5} {'t_node ms':>10} {'sync ms':>9} {'model ms':>9} {'updates/s':>10} "
         f"{'predicted':>10} {'error':>7}")
     measured = []
     for hosts in args.hosts:
-        m = measure(args.job, args.set, hosts, args.rate, args.seconds, nbytes)
-        model = link.allreduce(hosts, m.nbytes)
+        m = measure(args.job, args.set, hosts, servers, args.rate, args.seconds, nbytes)
+        model = sync_model(hosts)
         predicted = 1.0 / (m.t_node + model)
         measured.append(m)
         say(f"{hosts:>5} {m.t_node * 1e3:>10.1f} {m.t_sync * 1e3:>9.1f} {model * 1e3:>9.1f} "
@@ -187,8 +194,7 @@ def run(args: argparse.Namespace) -> int:
     t_node = min(m.t_node for m in measured)
     say(f"\nthis job on p nodes at {args.rate} (t_node {t_node * 1e3:.0f} ms, "
         f"gradient {measured[0].nbytes / 2**20:.2f} MB): predicted efficiency")
-    say("  ".join(f"p={p}: {t_node / (t_node + link.allreduce(p, measured[0].nbytes)):.0%}"
-                  for p in args.predict))
+    say("  ".join(f"p={p}: {t_node / (t_node + sync_model(p)):.0%}" for p in args.predict))
     say(f"\nthe paper's configuration ({PAPER_WEIGHTS:,} weights, {PAPER_SERVERS} parameter "
         f"servers, t_node {PAPER_T_NODE * 1e3:.0f} ms), fitted latency, link rates "
         f"{', '.join(args.links)}: predicted efficiency")

@@ -3,7 +3,7 @@ network namespace with its own address and host name, joined to the others by a 
 one bridge, optionally rate-limited per link (`tc tbf`: this kernel has no `netem`, so no added
 latency). Open MPI starts its daemons in them through an rsh agent that enters the namespace,
 so ranks on different hosts talk over TCP through the links, never through shared memory.
-Needs root (`ip netns`, `unshare`)."""
+Needs root (`ip netns`, `nsenter`, `unshare`)."""
 from __future__ import annotations
 
 import os
@@ -20,6 +20,10 @@ from ddrl.errors import DdrlError
 # creating its bridge, so test runs side by side never share a subnet.
 MAX_NETS = 200
 PREFIX = "10.77"
+# Where `ip netns add` pins the namespaces. Entered with nsenter rather than `ip netns exec`,
+# which would also mount a sysfs of the namespace over /sys and hide the cgroup mounts that
+# slurmd needs.
+NETNS_DIR = "/run/netns"
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,8 @@ def available() -> str | None:
     """Why simulated hosts cannot be made here, or None when they can."""
     if os.geteuid() != 0:
         return "simulated hosts need root (network namespaces)"
-    missing = [tool for tool in ("ip", "tc", "unshare", "mpirun") if shutil.which(tool) is None]
+    missing = [tool for tool in ("ip", "tc", "nsenter", "unshare", "mpirun")
+               if shutil.which(tool) is None]
     return f"simulated hosts need {', '.join(missing)}" if missing else None
 
 
@@ -171,7 +176,7 @@ class SimulatedHosts:
 
     def inside(self, host: Host, argv: list[str]) -> list[str]:
         """argv run on `host`: in its network namespace, under its host name."""
-        return ["ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c",
+        return ["nsenter", f"--net={NETNS_DIR}/{host.netns}", "unshare", "--uts", "sh", "-c",
                 f'hostname {host.name}; exec "$@"', "sh", *argv]
 
     def _write_agent(self) -> None:
@@ -186,7 +191,7 @@ class SimulatedHosts:
             f"{cases}\n"
             '  *) echo "ddrl simulated hosts: unknown host $host" >&2; exit 1 ;;\n'
             "esac\n"
-            'exec ip netns exec "$ns" unshare --uts sh -c "hostname $name; $*"\n')
+            f'exec nsenter --net={NETNS_DIR}/"$ns" unshare --uts sh -c "hostname $name; $*"\n')
         agent.chmod(0o755)
 
     def mpirun(self, per_host: list[int]) -> list[str]:

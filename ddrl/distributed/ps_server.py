@@ -103,11 +103,13 @@ class ParameterServer:
             input_signature=[tf.TensorSpec((hi - lo,), tf.float32)]))
         self._weights = self._var.numpy()
         # Slurm signals every rank; the workers stop in order and a server leaves after them.
-        with StopSignals():
+        with StopSignals() as signals:
             if self.index == 0:
                 self._lead()
             else:
                 self._follow()
+            # The workers have left, maybe on a signal that has yet to reach this rank.
+            signals.job_stopping = True
         wait_all(self._sends, self._timeout)
         st = self.status
         # Before the barrier: output written just before a rank exits can be lost by mpirun.

@@ -146,6 +146,7 @@ class Trainer:
                         last_ckpt = time.monotonic()
                 if side["signalled"] > 0:
                     reason = "signal"
+                    signals.job_stopping = True
                 elif side["stop"] > 0:
                     reason = ROOT_STOPS[int(round(side["stop"]))]
                 elif nonfinite_streak >= NONFINITE_LIMIT:

@@ -80,6 +80,22 @@ ddrl_shrink() {
   fi
 }
 
+# Before a restart: until every node still allocated runs a trivial step. Slurm notices a
+# dead node only after SlurmdTimeout; until then a new step would be sent to it and fail.
+# Once the node is down, --no-kill drops it from the allocation and the probe passes on the
+# nodes left. Gives up after DDRL_RESTART_WAIT seconds (default 600).
+ddrl_settle() {
+  local nodes deadline=$((SECONDS + ${DDRL_RESTART_WAIT:-600}))
+  [ "${DDRL_LAUNCHER:-srun}" = srun ] && [ -n "${SLURM_JOB_ID:-}" ] || return 0
+  while :; do
+    nodes=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o ' NumNodes=[0-9]*' | cut -d= -f2)
+    timeout 60 srun --nodes="${nodes:-1}" --ntasks="${nodes:-1}" --ntasks-per-node=1 true \
+      >/dev/null 2>&1 && return 0
+    [ "$SECONDS" -lt "$deadline" ] || return 1
+    sleep 5
+  done
+}
+
 ddrl_main() {
   # Both signals become USR1 for the step: srun and mpirun take TERM as "kill the ranks now",
   # ddrl ranks take USR1 as "checkpoint and stop". What follows differs: USR1 is Slurm's
@@ -129,6 +145,10 @@ ddrl_main() {
     fi
     attempt=$((attempt + 1))
     echo "ddrl: the step failed (exit $rc): restart $attempt of $max_restarts from the last checkpoint"
+    if ! ddrl_settle; then
+      echo "ddrl: error: the allocation's nodes did not answer within ${DDRL_RESTART_WAIT:-600} s after the failure" >&2
+      break
+    fi
   done
   trap - USR1 TERM
 

@@ -1,0 +1,88 @@
+"""The batch scripts on a real 2-node Slurm cluster: one slurmd per simulated host
+(tests/slurm_cluster.py, ddrl/bench/simhosts.py), `srun --mpi=pmix` ranks on both hosts talking
+over the link between them."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import h5py
+import numpy as np
+from conftest import NO_EVAL
+from slurm_cluster import slurm_hosts_cluster  # noqa: F401  (the fixture)
+from test_slurm import CARTPOLE, SLURM, warn_and_resume
+
+from ddrl import checkpoint
+
+TWO_NODES = ("--nodes=2", "--ntasks-per-node=1")
+
+
+def test_two_node_job_runs_one_rank_per_host(slurm_hosts_cluster, tmp_path):
+    cluster = slurm_hosts_cluster
+    out = tmp_path / "run"
+    before = cluster.hosts.traffic()
+    job = cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),
+                         "--set", "node.mode=a2c", "--set", "run.max_frames=8000", *NO_EVAL,
+                         options=TWO_NODES)
+    [result] = cluster.wait(job, timeout=200)
+    after = cluster.hosts.traffic()
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), result.text()
+    assert "on h[1-2]" in result.text() or "on h1,h2" in result.text(), result.text()
+    with h5py.File(out / "log.h5", "r", swmr=True) as f:
+        assert (f.attrs["world_size"], f.attrs["nodes"]) == (2, 2)
+    ckpt = checkpoint.load(checkpoint.latest(out / "checkpoints"))
+    # Each update's gradient crossed h2's link both ways.
+    received, sent = (after["h2"][i] - before["h2"][i] for i in (0, 1))
+    assert min(received, sent) >= ckpt.update * ckpt.weights.nbytes, (received, sent)
+
+
+def test_warning_signal_requeues_and_resumes_across_nodes(slurm_hosts_cluster, tmp_path):
+    _, _, starts = warn_and_resume(slurm_hosts_cluster, tmp_path / "run", TWO_NODES)
+    assert list(starts["nodes"][:2]) == [2, 2] and list(starts["restart"][:2]) == [0, 1], starts
+
+
+def kill_host(cluster, name: str) -> None:
+    """Every process of a simulated host (its slurmd, step daemons and ranks): a lost node."""
+    host = next(h for h in cluster.hosts.hosts if h.name == name)
+    pids = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True,
+                          text=True).stdout.split()
+    assert pids, f"nothing runs on {name}"
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# Last in this module: it leaves the cluster with one node.
+def test_a_lost_host_restarts_the_job_on_the_host_left(slurm_hosts_cluster, tmp_path):
+    cluster = slurm_hosts_cluster
+    out = tmp_path / "run"
+    job = cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),
+                         "--set", "run.max_frames=300000", "--set", "run.checkpoint_minutes=0.1",
+                         *NO_EVAL, options=TWO_NODES)
+    deadline = time.monotonic() + 180
+    while checkpoint.latest(out / "checkpoints") is None:
+        assert time.monotonic() < deadline and cluster.state(job) in ("PENDING", "RUNNING")
+        time.sleep(0.5)
+    kill_host(cluster, "h2")
+    lost_at = time.monotonic()
+    before = checkpoint.load(checkpoint.latest(out / "checkpoints"))
+    [result] = cluster.wait(job, timeout=420)
+    text = result.text()
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), text
+    assert "restart 1 of 3" in text, text
+    with h5py.File(out / "log.h5", "r", swmr=True) as f:
+        starts = f["starts"][:]
+        rows = f["train"][:]
+    # The restart ran on the host left: one rank where there were two.
+    assert list(starts["world_size"]) == [2, 1] and list(starts["nodes"]) == [2, 1], starts
+    assert starts["update"][1] >= before.update > 0
+    assert np.all(np.diff(rows["update"]) > 0)
+    assert checkpoint.load(checkpoint.latest(out / "checkpoints")).frames >= 300000
+    restarted = rows[rows["restart"] == 1]
+    print(f"host lost at frame ~{before.frames}; resumed from frame {starts['frames'][1]} "
+          f"(update {starts['update'][1]}); job done {time.monotonic() - lost_at:.0f} s after "
+          f"the loss; {len(restarted)} rows after the restart")
