@@ -164,16 +164,15 @@ PartitionName=debug Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE St
         self._wait_until("munged did not create its socket", sock.exists, 15)
         self._write_conf(sock)
         self._spawn("slurmctld", "-D", "-f", str(self.conf))
+        for node in self.nodes:
+            for d in ("spool", "tmp"):
+                (self.root / d / node).mkdir(parents=True)
         if self.hosts:
             for host in self.hosts.hosts:
-                for d in ("spool", "tmp"):
-                    (self.root / d / host.name).mkdir(parents=True)
                 self._spawn("slurmd", "-D", "-N", host.name, "-f", str(self.conf),
                             prefix=lambda argv, h=host: self.hosts.inside(h, argv),
                             log_name=f"slurmd-{host.name}")
         else:
-            for d in ("spool", "tmp"):
-                (self.root / d / self.host).mkdir(parents=True)
             self._spawn("slurmd", "-D", "-f", str(self.conf))
         self._wait_until("the nodes did not become idle", self._nodes_idle, 60)
 

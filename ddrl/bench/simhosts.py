@@ -7,6 +7,7 @@ Needs root (`ip netns`, `nsenter`, `unshare`)."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -182,7 +183,9 @@ class SimulatedHosts:
     def _write_agent(self) -> None:
         # Open MPI runs `AGENT HOST ORTED-COMMAND...`; the daemon (and the ranks it starts)
         # run inside the host's namespace, with the host's name in a UTS namespace of their own.
-        cases = "\n".join(f'  {h.address}) ns={h.netns}; name={h.name} ;;' for h in self.hosts)
+        # The orted command arrives as words for a remote shell: a shell parses it again.
+        cases = "\n".join(f'  {h.address}) exec {shlex.join(self.inside(h, ["sh", "-c"]))} "$*" ;;'
+                          for h in self.hosts)
         agent = self._dir / "agent"
         agent.write_text(
             "#!/bin/sh\n"
@@ -190,8 +193,7 @@ class SimulatedHosts:
             'case "$host" in\n'
             f"{cases}\n"
             '  *) echo "ddrl simulated hosts: unknown host $host" >&2; exit 1 ;;\n'
-            "esac\n"
-            f'exec nsenter --net={NETNS_DIR}/"$ns" unshare --uts sh -c "hostname $name; $*"\n')
+            "esac\n")
         agent.chmod(0o755)
 
     def mpirun(self, per_host: list[int]) -> list[str]:

@@ -66,6 +66,11 @@ ddrl_launcher() {
   esac
 }
 
+# How many nodes the job holds now (Slurm's environment keeps the count it started with).
+ddrl_alloc_nodes() {
+  scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o ' NumNodes=[0-9]*' | cut -d= -f2
+}
+
 # After a node failure (the scripts ask for --no-kill, so the job keeps the nodes left) the
 # next step runs on the nodes still allocated, with as many tasks per node as before.
 ddrl_shrink() {
@@ -74,7 +79,7 @@ ddrl_shrink() {
   per_node=${SLURM_NTASKS_PER_NODE:-}
   per_node=${per_node%%[!0-9]*}
   [ -n "${SLURM_JOB_ID:-}" ] && [ -n "$per_node" ] || return 0
-  nodes=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o ' NumNodes=[0-9]*' | cut -d= -f2)
+  nodes=$(ddrl_alloc_nodes)
   if [ -n "$nodes" ] && [ "$nodes" -lt "${SLURM_JOB_NUM_NODES:-$nodes}" ]; then
     launcher+=(--nodes="$nodes" --ntasks="$((nodes * per_node))")
   fi
@@ -88,7 +93,7 @@ ddrl_settle() {
   local nodes deadline=$((SECONDS + ${DDRL_RESTART_WAIT:-600}))
   [ "${DDRL_LAUNCHER:-srun}" = srun ] && [ -n "${SLURM_JOB_ID:-}" ] || return 0
   while :; do
-    nodes=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o ' NumNodes=[0-9]*' | cut -d= -f2)
+    nodes=$(ddrl_alloc_nodes)
     timeout 60 srun --nodes="${nodes:-1}" --ntasks="${nodes:-1}" --ntasks-per-node=1 true \
       >/dev/null 2>&1 && return 0
     [ "$SECONDS" -lt "$deadline" ] || return 1
