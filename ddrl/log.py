@@ -88,24 +88,34 @@ class RunLog:
         self._pending: dict[str, list[tuple]] = {name: [] for name in TABLES}
         self._flush_seconds = flush_seconds
         self._last_flush = time.monotonic()
+
+    @classmethod
+    def _publish(cls, tmp: Path, path: Path, f: h5py.File, flush_seconds: float) -> "RunLog":
+        """Switch the finished file to SWMR, then give it its name. Until SWMR mode the
+        writer holds HDF5's exclusive lock, and a reader that opens the log in that window
+        (`ddrl analyze` on a starting run) is refused; under its temporary name no one sees it."""
         f.swmr_mode = True
+        os.replace(tmp, path)
+        return cls(f, flush_seconds)
 
     @classmethod
     def create(cls, path: Path, attrs: dict[str, Any], flush_seconds: float = 2.0) -> "RunLog":
-        f = h5py.File(path, "w", libver="latest")
+        tmp = path.with_suffix(".h5.tmp")
+        f = h5py.File(tmp, "w", libver="latest")
         _create_tables(f)
         f.attrs["format_version"] = FORMAT_VERSION
         f.attrs["restarts"] = 0
         for k, v in attrs.items():
             f.attrs[k] = v
-        return cls(f, flush_seconds)
+        return cls._publish(tmp, path, f, flush_seconds)
 
     @classmethod
     def resume(cls, path: Path, update: int, frames: int, restarts: int,
                attrs: dict[str, Any], flush_seconds: float = 2.0) -> "RunLog":
         """Rebuild the log keeping rows up to the checkpoint (update, frames), then reopen it."""
         tmp = path.with_suffix(".h5.tmp")
-        with open_log(path) as old, h5py.File(tmp, "w", libver="latest") as new:
+        new = h5py.File(tmp, "w", libver="latest")
+        with open_log(path) as old:
             _create_tables(new)
             for k, v in old.attrs.items():
                 new.attrs[k] = v
@@ -120,8 +130,7 @@ class RunLog:
             new.attrs["restarts"] = restarts
             for k, v in attrs.items():
                 new.attrs[k] = v
-        os.replace(tmp, path)
-        return cls(h5py.File(path, "a", libver="latest"), flush_seconds)
+        return cls._publish(tmp, path, new, flush_seconds)
 
     def append(self, table: str, row: dict[str, Any]) -> None:
         dtype = table_dtype(table)

@@ -103,6 +103,21 @@ def task_config(job: str, sets: list[str], sweep: str | None,
     return job, sets
 
 
+def _set_aside_log_without_checkpoint(run_dir: Path) -> None:
+    """A start that died before its first checkpoint (a rank or node lost early, then the
+    job restarted or requeued) leaves a log and nothing to resume from: the task starts
+    over, and the log is kept under another name rather than refused or overwritten."""
+    log = run_dir / "log.h5"
+    if not log.exists():
+        return
+    n = 1
+    while (kept := run_dir / f"log.before-restart-{n}.h5").exists():
+        n += 1
+    log.rename(kept)
+    print(f"ddrl: {log} has no checkpoint to resume from (its run ended before the first "
+          f"one): kept as {kept.name}; the run starts over", file=sys.stderr)
+
+
 def task_train_args(job: str, sets: list[str], out: str | None, sweep: str | None) -> list[str]:
     """`ddrl train` arguments of this Slurm task; its run directory never collides with
     another task's or job's, and a requeued job (same id) finds its own again."""
@@ -118,6 +133,8 @@ def task_train_args(job: str, sets: list[str], out: str | None, sweep: str | Non
     run_dir = run_dir.absolute()
     resume = checkpoint.latest(run_dir / "checkpoints") is not None
     print(f"ddrl: run directory {run_dir}{' (resuming)' if resume else ''}", file=sys.stderr)
+    if not resume:
+        _set_aside_log_without_checkpoint(run_dir)
     args = [str(Path(job).absolute()), "--out", str(run_dir)] + ["--resume"] * resume
     for item in sets:
         args += ["--set", item]

@@ -103,6 +103,15 @@ def test_resolve_names_run_directories_and_resumes(tmp_path, monkeypatch, capsys
     (tmp_path / "runs/cartpole-77/checkpoints").mkdir(parents=True)
     (tmp_path / "runs/cartpole-77/checkpoints/ckpt-0000000010.npz").touch()
     assert "--resume" in resolve(monkeypatch, capsys, {"SLURM_JOB_ID": "77"}, job)
+    # A start lost before its first checkpoint: the run starts over, its log kept aside.
+    lost = tmp_path / "runs/cartpole-78"
+    lost.mkdir(parents=True)
+    (lost / "log.h5").write_bytes(b"first start")
+    for n in (1, 2):
+        assert "--resume" not in resolve(monkeypatch, capsys, {"SLURM_JOB_ID": "78"}, job)
+        assert not (lost / "log.h5").exists()
+        assert (lost / f"log.before-restart-{n}.h5").read_bytes() == b"first start"
+        (lost / "log.h5").write_bytes(b"first start")
     # Array tasks: own directory, seed = the job's seed + task id.
     array = {"SLURM_JOB_ID": "81", "SLURM_ARRAY_JOB_ID": "80", "SLURM_ARRAY_TASK_ID": "1"}
     assert resolve(monkeypatch, capsys, array, job, "--set", "run.seed=10") == [

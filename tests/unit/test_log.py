@@ -70,3 +70,27 @@ def test_an_older_format_resumes_with_new_columns_zero(tmp_path):
         train = read_table(f, "train")
     assert train["update"].tolist() == [1, 2] and train["loss"].tolist() == [0.5, 0.25]
     assert train["nonfinite"].tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_the_log_gets_its_name_only_once_readers_can_open_it(tmp_path, monkeypatch, resume):
+    """Until SWMR mode the writer holds HDF5's exclusive lock: a reader that found the file
+    then failed with 'unable to lock file' (a live `ddrl analyze`, and once a flaky test)."""
+    path = tmp_path / "log.h5"
+    if resume:
+        write_log(path, episodes=10).close()
+    publish = RunLog._publish.__func__
+    seen = []
+
+    def check(cls, tmp, final, f, flush_seconds):
+        seen.append((final.exists(), f.swmr_mode))
+        log = publish(cls, tmp, final, f, flush_seconds)
+        with h5py.File(final, "r", swmr=True) as reader:
+            seen.append(len(reader["episodes"]))
+        return log
+
+    monkeypatch.setattr(RunLog, "_publish", classmethod(check))
+    log = (RunLog.resume(path, 0, 500, 1, {}) if resume else RunLog.create(path, {}))
+    log.close()
+    assert seen == [(resume, False), 6 if resume else 0]
+    assert [p.name for p in tmp_path.iterdir()] == ["log.h5"]
