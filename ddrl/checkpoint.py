@@ -35,18 +35,34 @@ class Checkpoint:
     score: float | None = None
 
 
-def _write(path: Path, ckpt: Checkpoint) -> None:
+def write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """One .npz, atomically: written to a temporary name, fsynced, renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp"
-    meta = {"update": ckpt.update, "frames": ckpt.frames, "wall_time": ckpt.wall_time,
-            "restarts": ckpt.restarts, "optimizer_arrays": len(ckpt.optimizer),
-            "score": ckpt.score}
     with open(tmp, "wb") as fh:
-        np.savez(fh, meta=np.array(json.dumps(meta)), weights=ckpt.weights,
-                 **{f"opt{i}": a for i, a in enumerate(ckpt.optimizer)})
+        np.savez(fh, **arrays)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """All arrays of an .npz; a damaged or foreign file is one DdrlError naming it."""
+    if not path.is_file():
+        raise DdrlError(f"checkpoint not found: {path}")
+    try:
+        with np.load(path) as data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        raise DdrlError(f"checkpoint {path} is damaged or not a ddrl checkpoint ({exc})") from None
+
+
+def _write(path: Path, ckpt: Checkpoint) -> None:
+    meta = {"update": ckpt.update, "frames": ckpt.frames, "wall_time": ckpt.wall_time,
+            "restarts": ckpt.restarts, "optimizer_arrays": len(ckpt.optimizer),
+            "score": ckpt.score}
+    write_arrays(path, {"meta": np.array(json.dumps(meta)), "weights": ckpt.weights,
+                        **{f"opt{i}": a for i, a in enumerate(ckpt.optimizer)}})
 
 
 def save(directory: Path, ckpt: Checkpoint, keep: int) -> Path:
@@ -75,16 +91,14 @@ def latest(directory: Path) -> Path | None:
 
 
 def load(path: Path) -> Checkpoint:
-    if not path.is_file():
-        raise DdrlError(f"checkpoint not found: {path}")
+    data = read_arrays(path)
     try:
-        with np.load(path) as data:
-            meta = json.loads(str(data["meta"]))
-            return Checkpoint(meta["update"], meta["frames"], meta["wall_time"], meta["restarts"],
-                              data["weights"],
-                              [data[f"opt{i}"] for i in range(meta["optimizer_arrays"])],
-                              meta.get("score"))
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        meta = json.loads(str(data["meta"]))
+        return Checkpoint(meta["update"], meta["frames"], meta["wall_time"], meta["restarts"],
+                          data["weights"],
+                          [data[f"opt{i}"] for i in range(meta["optimizer_arrays"])],
+                          meta.get("score"))
+    except (ValueError, KeyError) as exc:
         raise DdrlError(f"checkpoint {path} is damaged or not a ddrl checkpoint ({exc})") from None
 
 

@@ -123,6 +123,10 @@ class AlgoConfig:
     concurrent: bool = False
     samplers: int = 1
     synchronized: bool = True
+    # Each rank's replay memory is saved with the final checkpoint of a stop (time limit,
+    # signal, frame budget, target) and taken up again by --resume; otherwise a resumed run
+    # prepopulates a new one. Gigabytes per rank at 1M frames.
+    save_replay: bool = False
 
 
 @dataclass

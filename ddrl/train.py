@@ -160,6 +160,8 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
     node_cls = node_class(cfg)
     node = node_cls(cfg, learner, world.rank, counters.restarts)
     node.update = counters.update
+    if ckpt is not None:
+        node.restore_state(run_dir / "checkpoints", counters.update)
     trainer = Trainer(cfg, world, learner, node, sync, run_dir, counters, log, evaluator)
     try:
         return trainer.run()

@@ -79,3 +79,29 @@ def test_a_stop_signal_ends_a_long_sampling_phase(sets, run_dir):
     assert proc.returncode == EXIT_SIGNALLED, out[-2000:]
     assert "stopped (signal) after" in out, out[-2000:]
     assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).update >= 1
+
+
+def test_a_resumed_run_takes_up_each_ranks_saved_replay_memory(run_dir):
+    """`algo.save_replay`: each rank's memory is saved with the final checkpoint and restored
+    by --resume, which then trains at once instead of prepopulating (1,000 frames of random
+    play per rank in this job)."""
+    sets = ["--set", "algo.save_replay=true", "--set", "run.log_every=1", *NO_EVAL]
+    first = ddrl("train", DQN_JOB, "--out", run_dir, *sets, "--set", "run.max_frames=6000",
+                 ranks=2, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "[ddrl] replay memory saved" in first.stdout
+    ckpt = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))
+    for rank in (0, 1):
+        saved = checkpoint.read_arrays(run_dir / "checkpoints" / f"replay-rank{rank}.npz")
+        assert int(saved["update"]) == ckpt.update and saved["acted"].sum() > 1000
+
+    again = ddrl("train", run_dir / "config.toml", "--out", run_dir, "--resume", *sets,
+                 "--set", "run.max_frames=10000", ranks=2, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "[ddrl] replay memory restored" in again.stdout
+    assert "not restored" not in again.stderr
+    train = table(run_dir, "train")
+    resumed = train[train["update"] > ckpt.update]
+    # Standard mode takes one round of 4 samplers per 4 updates on each of 2 ranks: 2 frames
+    # per update. A prepopulation would add 2,000 frames before the first of them.
+    assert resumed["frames"][0] - ckpt.frames <= 2 * 50

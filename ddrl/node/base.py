@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -62,6 +63,13 @@ class Node:
         with self._lock:
             out, self._episodes = self._episodes, []
         return out
+
+    def save_state(self, directory: Path, update: int) -> None:
+        """On every rank, after `close()` at a stop whose last update is checkpointed: what the
+        node keeps beyond the weights (by default nothing)."""
+
+    def restore_state(self, directory: Path, update: int) -> None:
+        """On `--resume`, before `start()`: what `save_state` kept for this update."""
 
     def start(self, stopping: Callable[[], bool]) -> None:
         """Before the first batch; `stopping()` tells a long start that a stop was asked for."""

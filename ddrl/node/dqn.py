@@ -22,14 +22,17 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from ddrl import checkpoint
 from ddrl.algos.batch import Batch, Rollout
 from ddrl.algos.dqn import bootstrap_values, epsilon
 from ddrl.config import Config
 from ddrl.envs import SimPool
+from ddrl.errors import DdrlError
 from ddrl.node.base import Node
 from ddrl.node.learner import Learner
 from ddrl.node.replay import ReplayMemory
@@ -144,7 +147,7 @@ class DQNNode(Node):
         self.samplers = Samplers(self, cfg)
         self.memory = ReplayMemory(a.replay_frames, self.samplers.size, self.samplers.obs_shape,
                                    self.samplers.obs_dtype, stacked=cfg.is_atari)
-        self.memory.begin(*self.samplers.first)
+        self._restored = False
         if rank == 0:
             # np.zeros reserves the pages; they are touched (and resident) as the memory fills.
             say(f"[ddrl] replay memory: {a.replay_frames:,} frames in {self.samplers.size} "
@@ -168,6 +171,11 @@ class DQNNode(Node):
         """Prepopulation with uniformly random actions; at least n + 1 rounds, so that every
         stream has a transition with its n following steps. A stop signal cuts it short
         (the first update then carries the stop to every rank)."""
+        # The simulators start new games: in a restored memory too, each stream goes on
+        # with a new game's stack.
+        self.memory.begin(*self.samplers.first)
+        if self._restored:
+            return
         a = self.cfg.algo
         rounds = max(math.ceil(max(a.prepopulate, self.cfg.node.batch_size) / self.samplers.size),
                      a.n_step + 1)
@@ -178,6 +186,42 @@ class DQNNode(Node):
                 return
             self._store(self.samplers.collect(min(PREPOPULATE_CHUNK, rounds - chunk), None, 1.0,
                                               self.update))
+
+    def _replay_path(self, directory: Path) -> Path:
+        return directory / f"replay-rank{self.rank}.npz"
+
+    def save_state(self, directory: Path, update: int) -> None:
+        """The memory as it is after `close()`; steps a concurrent sampler had not yet
+        flushed into it (at most one target period) are not in it."""
+        if not self.cfg.algo.save_replay:
+            return
+        t0 = time.perf_counter()
+        checkpoint.write_arrays(self._replay_path(directory), {
+            "update": np.int64(update), "since_target": np.int64(self._since_target),
+            "credit": np.int64(self._credit), **self.memory.state()})
+        if self.rank == 0:
+            say(f"[ddrl] replay memory saved: {self.memory.transitions:,} transitions, "
+                f"{self.memory.nbytes / 2**30:.2f} GiB per rank in {time.perf_counter() - t0:.1f} s")
+
+    def restore_state(self, directory: Path, update: int) -> None:
+        if not self.cfg.algo.save_replay:
+            return
+        path = self._replay_path(directory)
+        try:
+            saved = checkpoint.read_arrays(path)
+            if int(saved.get("update", -1)) != update:
+                raise ValueError(f"it is of update {int(saved.get('update', -1))}, the checkpoint "
+                                 f"of update {update} (a periodic one, after a failure)")
+            self.memory.restore(saved, self.cfg.algo.n_step)
+        except (DdrlError, ValueError) as exc:
+            say(f"[ddrl] rank {self.rank}: replay memory not restored ({exc}): prepopulating "
+                "a new one", err=True)
+            return
+        self._since_target, self._credit = int(saved["since_target"]), int(saved["credit"])
+        self._restored = True
+        if self.rank == 0:
+            say(f"[ddrl] replay memory restored: {self.memory.transitions:,} transitions "
+                f"from {path.name}")
 
     def _store(self, exp: Experience) -> None:
         for streams, actions, rewards, dones, acted_at, next_obs in exp.steps:

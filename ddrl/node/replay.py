@@ -32,10 +32,34 @@ class ReplayMemory:
         self.head = np.zeros(streams, np.int64)
         self.transitions = 0
 
+    # What the memory is: saved and restored whole (`algo.save_replay`).
+    STATE = ("frames", "actions", "rewards", "dones", "acted_at", "acted", "head")
+
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.frames, self.actions, self.rewards, self.dones,
-                                      self.acted_at, self.acted))
+        return sum(getattr(self, name).nbytes for name in self.STATE)
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in self.STATE}
+
+    def restore(self, arrays: dict[str, np.ndarray], n: int) -> None:
+        """Takes the arrays of `state()` over (not copied: a full memory is gigabytes); a
+        memory of another shape or type (the job changed) is refused with ValueError.
+
+        The simulators go on with new games, with no done between a stream's old steps and
+        the new ones: each stream's last n - 1 transitions, whose n following steps would run
+        into the new game, are dropped."""
+        for name in self.STATE:
+            mine, saved = getattr(self, name), arrays.get(name)
+            if saved is None or saved.shape != mine.shape or saved.dtype != mine.dtype:
+                found = "missing" if saved is None else f"{saved.dtype}{list(saved.shape)}"
+                raise ValueError(f"{name}: {found}, expected {mine.dtype}{list(mine.shape)}")
+        for name in self.STATE:
+            setattr(self, name, arrays[name])
+        for stream, head in enumerate(self.head):
+            for position in range(max(head - n, head - self.slots, 0), head):
+                self.acted[stream, position % self.slots] = False
+        self.transitions = int(self.acted.sum())
 
     def _push(self, stream: int, frames: np.ndarray) -> None:
         for frame in frames:

@@ -253,6 +253,9 @@ class Trainer:
         if final is not None and self.world.is_root:
             self._log_rows(final)
         self.node.close()
+        if reason != "nonfinite":
+            # Every rank stops at this update, which the final checkpoint holds.
+            self.node.save_state(self.run_dir / "checkpoints", self.c.update)
         code = {"signal": EXIT_SIGNALLED, "nonfinite": EXIT_NONFINITE}.get(reason, 0)
         # One line per rank, so anyone can check that all ranks ended with the same weights.
         digest = hashlib.sha256(self.learner.get_weights().tobytes()).hexdigest()[:16]

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from ddrl import checkpoint
 from ddrl.algos.batch import Rollout
 from ddrl.algos.dqn import DQN, bootstrap_values, epsilon, huber
 from ddrl.config import Config
@@ -121,3 +122,47 @@ def test_huber_is_quadratic_inside_one_and_has_gradients_clipped_to_one():
         y = huber(x)
     assert np.allclose(y.numpy(), [2.5, 0.125, 0.0, 0.125, 2.5])
     assert np.allclose(tape.gradient(y, x).numpy(), [-1.0, -0.5, 0.0, 0.5, 1.0])
+
+
+def test_a_restored_memory_samples_no_chain_across_the_restart(tmp_path):
+    """Saved, read back and restored (`algo.save_replay`); the simulators then start new
+    games with no done in between, so no sampled n-step chain may run from an old game
+    into a new one."""
+    n, steps, more = 3, 300, 50
+    memory, old = filled_memory(4000, 2, steps)
+    checkpoint.write_arrays(tmp_path / "replay.npz", memory.state())
+    restored = ReplayMemory(4000, 2, (STACK, SIDE, SIDE), np.dtype(np.int32), stacked=True)
+    restored.restore(checkpoint.read_arrays(tmp_path / "replay.npz"), n)
+    assert restored.transitions == 2 * (steps - (n - 1))
+    with pytest.raises(ValueError, match="frames"):
+        ReplayMemory(4000, 2, (STACK, 2, 2), np.dtype(np.int32), stacked=True).restore(
+            memory.state(), n)
+
+    rng = np.random.default_rng(5)
+    sims = [FakeStream(rng, 10**6 * (j + 3)) for j in range(2)]
+    restored.begin(np.arange(2), np.stack([s.obs for s in sims]))
+    new: list[list[tuple]] = [[], []]
+    for t in range(more):
+        out = [s.step() for s in sims]
+        for j, step in enumerate(out):
+            new[j].append((step[3], *step[:3], step[4]))
+        restored.add(np.arange(2), np.array([o[0] for o in out]),
+                     np.array([o[1] for o in out], np.float32), np.array([o[2] for o in out]),
+                     np.full(2, steps + t), np.stack([o[4] for o in out]))
+    assert restored.transitions == 2 * (steps - (n - 1) + more)
+
+    obs, _, rewards, dones, next_obs, _ = restored.sample(2000, n, np.random.default_rng(1))
+    boot = np.zeros(2000, np.float32)
+    targets = DQN(Config()).targets(Rollout(rewards, dones, np.zeros_like(rewards),
+                                            np.zeros_like(rewards), boot))["returns"][0]
+    histories = {1: old[0], 2: old[1], 3: new[0], 4: new[1]}
+    for i in range(2000):
+        history = histories[int(obs[i, -1, 0, 0]) // 10**6]
+        index = next(k for k, h in enumerate(history) if h[0][-1, 0, 0] == obs[i, -1, 0, 0])
+        # Its n steps are known, or a done in them cuts the chain.
+        assert index + n <= len(history) or any(h[3] for h in history[index:])
+        assert np.array_equal(obs[i], history[index][0])
+        if not any(history[index + k][3] for k in range(n)):
+            assert np.array_equal(next_obs[i], history[index + n - 1][4])
+        assert targets[i] == pytest.approx(
+            reference(history, index, n, Config().node.gamma, 0.0), rel=1e-5, abs=1e-6)
