@@ -208,22 +208,28 @@ def test_cancel_checkpoints_and_the_job_stays_cancelled(slurm_cluster, tmp_path)
     assert checkpoint.load(checkpoint.latest(out / "checkpoints")).update >= 1
 
 
-def test_a_lost_rank_restarts_the_step_from_its_checkpoint(slurm_cluster, tmp_path):
+@pytest.mark.parametrize("fault,sig,sets,code", [
+    ("killed", signal.SIGKILL, (), None),
+    # A frozen rank (a hung node): rank 0's all-reduce watchdog ends the step (exit 4).
+    ("frozen", signal.SIGSTOP, ("--set", "sync.timeout=15"), 4),
+])
+def test_a_lost_rank_restarts_the_step_from_its_checkpoint(slurm_cluster, tmp_path, fault,
+                                                           sig, sets, code):
     out = tmp_path / "run"
     job = slurm_cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),
                                "--set", "run.max_frames=300000",
-                               "--set", "run.checkpoint_minutes=0.1", *FAST)
+                               "--set", "run.checkpoint_minutes=0.1", *sets, *FAST)
     deadline = time.monotonic() + 120
     while checkpoint.latest(out / "checkpoints") is None:
         assert time.monotonic() < deadline and slurm_cluster.state(job) in ("PENDING", "RUNNING")
         time.sleep(0.5)
-    os.kill(rank_pid(out, 1, wait=10, rank_var="SLURM_PROCID"), signal.SIGKILL)
+    os.kill(rank_pid(out, 1, wait=10, rank_var="SLURM_PROCID"), sig)
     lost_at = time.monotonic()
     resumed = checkpoint.load(checkpoint.latest(out / "checkpoints"))
     [result] = slurm_cluster.wait(job, timeout=300)
     text = result.text()
     assert (result.state, result.exit_code, result.restarts) == ("COMPLETED", 0, 0), text
-    assert "ddrl: the step failed (exit" in text and "restart 1 of 3" in text, text
+    assert f"ddrl: the step failed (exit {code or ''}" in text and "restart 1 of 3" in text, text
     with h5py.File(out / "log.h5", "r", swmr=True) as f:
         starts = f["starts"][:]
         rows = f["train"][:]
@@ -233,8 +239,8 @@ def test_a_lost_rank_restarts_the_step_from_its_checkpoint(slurm_cluster, tmp_pa
     assert starts["update"][1] >= resumed.update > 0, (starts, resumed.update)
     assert np.all(np.diff(rows["update"]) > 0)
     assert checkpoint.load(checkpoint.latest(out / "checkpoints")).frames >= 300000
-    print(f"restarted from update {starts['update'][1]}; job done "
-          f"{time.monotonic() - lost_at:.0f} s after the kill")
+    print(f"{fault} rank: restarted from update {starts['update'][1]}; job done "
+          f"{time.monotonic() - lost_at:.0f} s after the fault")
 
 
 def test_printed_array_script_runs_two_seeds(slurm_cluster, tmp_path):
