@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -56,13 +57,13 @@ def kill_host(cluster, name: str) -> None:
             pass
 
 
-# Last in this module: it leaves the cluster with one node.
-def test_a_lost_host_restarts_the_job_on_the_host_left(slurm_hosts_cluster, tmp_path):
-    cluster = slurm_hosts_cluster
-    out = tmp_path / "run"
+def lose_a_host(cluster, out: Path, env: dict[str, str] | None = None) -> str:
+    """A 2-node job loses host h2 after its first checkpoint: the batch script restarts the
+    run from the last checkpoint with one rank on h1 and it completes. Leaves the cluster
+    with one node; returns the job's output."""
     job = cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),
                          "--set", "run.max_frames=300000", "--set", "run.checkpoint_minutes=0.1",
-                         *NO_EVAL, options=TWO_NODES)
+                         *NO_EVAL, options=TWO_NODES, env=env)
     deadline = time.monotonic() + 180
     while checkpoint.latest(out / "checkpoints") is None:
         assert time.monotonic() < deadline and cluster.state(job) in ("PENDING", "RUNNING")
@@ -86,3 +87,9 @@ def test_a_lost_host_restarts_the_job_on_the_host_left(slurm_hosts_cluster, tmp_
     print(f"host lost at frame ~{before.frames}; resumed from frame {starts['frames'][1]} "
           f"(update {starts['update'][1]}); job done {time.monotonic() - lost_at:.0f} s after "
           f"the loss; {len(restarted)} rows after the restart")
+    return text
+
+
+# Last in this module: it leaves the cluster with one node.
+def test_a_lost_host_restarts_the_job_on_the_host_left(slurm_hosts_cluster, tmp_path):
+    lose_a_host(slurm_hosts_cluster, tmp_path / "run")

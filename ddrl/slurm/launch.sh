@@ -56,32 +56,42 @@ ddrl_launcher() {
       # Slurm 22.05's srun ignores the job's --cpus-per-task unless told again; -K1 ends the
       # step when one rank fails instead of leaving the others blocked in a collective.
       read -ra flags <<< "${DDRL_SRUN_ARGS---cpu-bind=cores}"
-      launcher=(srun --mpi=pmix -K1 ${SLURM_CPUS_PER_TASK:+"--cpus-per-task=$SLURM_CPUS_PER_TASK"} "${flags[@]}")
-      ddrl_shrink ;;
+      launcher=(srun --mpi=pmix -K1 ${SLURM_CPUS_PER_TASK:+"--cpus-per-task=$SLURM_CPUS_PER_TASK"} "${flags[@]}") ;;
     mpirun)
       read -ra flags <<< "${DDRL_MPIRUN_ARGS---bind-to core --map-by slot:PE=${SLURM_CPUS_PER_TASK:-1}}"
       [ "$(id -u)" != 0 ] || flags+=(--allow-run-as-root)
       launcher=(mpirun "${flags[@]}") ;;
     *) ddrl_die "DDRL_LAUNCHER=$DDRL_LAUNCHER: expected srun or mpirun" ;;
   esac
+  ddrl_shrink
 }
 
-# How many nodes the job holds now (Slurm's environment keeps the count it started with).
+# A field of the job as Slurm holds it now (its environment keeps what it started with).
+ddrl_alloc() {
+  scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o " $1=[^ ]*" | cut -d= -f2
+}
+
+# How many nodes the job holds now.
 ddrl_alloc_nodes() {
-  scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o ' NumNodes=[0-9]*' | cut -d= -f2
+  ddrl_alloc NumNodes
 }
 
 # After a node failure (the scripts ask for --no-kill, so the job keeps the nodes left) the
 # next step runs on the nodes still allocated, with as many tasks per node as before.
 ddrl_shrink() {
-  local nodes per_node
+  local nodes per_node hosts
   # SLURM_NTASKS_PER_NODE reads like "2" or "2(x3)".
   per_node=${SLURM_NTASKS_PER_NODE:-}
   per_node=${per_node%%[!0-9]*}
   [ -n "${SLURM_JOB_ID:-}" ] && [ -n "$per_node" ] || return 0
   nodes=$(ddrl_alloc_nodes)
-  if [ -n "$nodes" ] && [ "$nodes" -lt "${SLURM_JOB_NUM_NODES:-$nodes}" ]; then
+  [ -n "$nodes" ] && [ "$nodes" -lt "${SLURM_JOB_NUM_NODES:-$nodes}" ] || return 0
+  if [ "${launcher[0]}" = srun ]; then
     launcher+=(--nodes="$nodes" --ntasks="$((nodes * per_node))")
+  else
+    # mpirun reads the node list Slurm set at the start, the lost node in it: name the others.
+    hosts=$(scontrol show hostnames "$(ddrl_alloc NodeList)" | sed "s/\$/:$per_node/" | paste -sd, -)
+    launcher+=(-n "$((nodes * per_node))" --host "$hosts")
   fi
 }
 
