@@ -74,6 +74,13 @@ def parse_rate(text: str) -> float:
 
 
 def _remove_net(index: int) -> None:
+    # Deleting a namespace frees its end of a veth pair only once nothing holds the namespace
+    # (a killed host's last process may still be exiting), so the next net of this index
+    # could find the link name taken: the links go explicitly.
+    for line in _ip("-o", "link", "show").stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0]
+        if name.startswith(f"ddrl{index}v"):
+            _ip("link", "delete", name, check=False)
     for netns in _ip("netns", "list").stdout.split():
         if netns.startswith(f"ddrl{index}-h"):
             pids = _ip("netns", "pids", netns, check=False).stdout.split()
