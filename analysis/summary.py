@@ -19,9 +19,16 @@ def config_differences(runs: list[Run]) -> list[str]:
     return [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flats}) > 1]
 
 
+# Beyond this many differing keys (runs of different jobs) a label would cover the plot.
+MAX_LABEL_KEYS = 3
+
+
 def run_labels(runs: list[Run]) -> list[str]:
-    """Legend labels naming what differs between the runs, e.g. `optim.eps=1e-08, ranks=4`."""
+    """Legend labels naming what differs between the runs, e.g. `optim.eps=1e-08, ranks=4`;
+    the run names when more than `MAX_LABEL_KEYS` keys differ."""
     diff = config_differences(runs)
+    if len(diff) > MAX_LABEL_KEYS:
+        return [r.name for r in runs]
     labels = [", ".join(f"{k}={r.flat_config().get(k)}" for k in diff) or r.name for r in runs]
     if len(set(labels)) < len(labels):  # repeats of one configuration: tell them apart
         labels = [f"{r.name}: {lab}" if lab != r.name else lab for r, lab in zip(runs, labels)]

@@ -115,21 +115,27 @@ class RunLog:
         """Rebuild the log keeping rows up to the checkpoint (update, frames), then reopen it."""
         tmp = path.with_suffix(".h5.tmp")
         new = h5py.File(tmp, "w", libver="latest")
-        with open_log(path) as old:
-            _create_tables(new)
-            for k, v in old.attrs.items():
-                new.attrs[k] = v
-            for name in TABLES:
-                if name not in old:
-                    continue
-                rows = old[name][:]
-                limit = frames if _RESUME_KEY[name] == "frames" else update
-                rows = rows[rows[_RESUME_KEY[name]] <= limit]
-                new[name].resize((len(rows),))
-                new[name][:] = _by_name(rows, table_dtype(name))
-            new.attrs["restarts"] = restarts
-            for k, v in attrs.items():
-                new.attrs[k] = v
+        try:
+            with open_log(path) as old:
+                _create_tables(new)
+                for k, v in old.attrs.items():
+                    new.attrs[k] = v
+                for name in TABLES:
+                    if name not in old:
+                        continue
+                    rows = old[name][:]
+                    limit = frames if _RESUME_KEY[name] == "frames" else update
+                    rows = rows[rows[_RESUME_KEY[name]] <= limit]
+                    new[name].resize((len(rows),))
+                    new[name][:] = _by_name(rows, table_dtype(name))
+                new.attrs["restarts"] = restarts
+                for k, v in attrs.items():
+                    new.attrs[k] = v
+        except BaseException:
+            # The old log stays as it was; a half-built copy must not be left open or behind.
+            new.close()
+            tmp.unlink(missing_ok=True)
+            raise
         return cls._publish(tmp, path, new, flush_seconds)
 
     def append(self, table: str, row: dict[str, Any]) -> None:

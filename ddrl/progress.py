@@ -14,7 +14,9 @@ def _hms(seconds: float) -> str:
 
 class Progress:
     """The rate is measured over the frames of this process only: a resumed run starts from
-    its checkpoint's frame count, not from 0."""
+    its checkpoint's frame count, not from 0. Periodic lines give the rate since the last
+    line; the final line (`final=True`) the mean since the (re)start, since the stretch
+    before it holds the last evaluation and checkpoint and few frames."""
 
     def __init__(self, every_seconds: float, max_frames: int, max_minutes: float,
                  start_frames: int = 0, clock: Callable[[], float] = time.monotonic):
@@ -22,16 +24,18 @@ class Progress:
         self._max_frames = max_frames
         self._max_seconds = max_minutes * 60
         self._clock = clock
-        self._last = clock()
-        self._last_frames = start_frames
+        self._last = self._start = clock()
+        self._last_frames = self._start_frames = start_frames
         self.online: list[float] = []
         self.eval_score: float | None = None
 
-    def maybe_print(self, frames: int, elapsed: float, update: int, force: bool = False) -> None:
+    def maybe_print(self, frames: int, elapsed: float, update: int, final: bool = False) -> None:
         now = self._clock()
-        if not force and now - self._last < self._every:
+        if not final and now - self._last < self._every:
             return
-        rate = (frames - self._last_frames) / max(now - self._last, 1e-9)
+        since, since_frames = (self._start, self._start_frames) if final else \
+            (self._last, self._last_frames)
+        rate = (frames - since_frames) / max(now - since, 1e-9)
         self._last, self._last_frames = now, frames
         left = (self._max_frames - frames) / rate if rate > 0 else float("inf")
         if self._max_seconds:

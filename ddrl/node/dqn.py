@@ -209,8 +209,9 @@ class DQNNode(Node):
         path = self._replay_path(directory)
         try:
             saved = checkpoint.read_arrays(path)
-            if int(saved.get("update", -1)) != update:
-                raise ValueError(f"it is of update {int(saved.get('update', -1))}, the checkpoint "
+            saved_update = int(saved.get("update", -1))
+            if saved_update != update:
+                raise ValueError(f"it is of update {saved_update}, the checkpoint "
                                  f"of update {update} (a periodic one, after a failure)")
             self.memory.restore(saved, self.cfg.algo.n_step)
         except (DdrlError, ValueError) as exc:

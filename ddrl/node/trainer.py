@@ -278,7 +278,7 @@ class Trainer:
         path = self._checkpoint()
         self._writer.shutdown()
         self.log.close()
-        self.progress.maybe_print(c.frames, c.wall_time, c.update, force=True)
+        self.progress.maybe_print(c.frames, c.wall_time, c.update, final=True)
         if reason == "nonfinite":
             good = path or checkpoint.latest(self.run_dir / "checkpoints")
             say(f"ddrl: error: the last {NONFINITE_LIMIT} updates had NaN or Inf gradients, so the "

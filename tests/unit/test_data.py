@@ -148,7 +148,22 @@ def test_progress_rate_counts_only_this_process_frames_after_a_resume(capsys):
     progress = Progress(60.0, max_frames=2_000_000, max_minutes=0, start_frames=1_000_000,
                         clock=lambda: now[0])
     now[0] += 10.0
-    progress.maybe_print(1_070_000, elapsed=5000.0, update=10, force=True)
+    progress.maybe_print(1_070_000, elapsed=5000.0, update=10, final=True)
     line = capsys.readouterr().out
     # 70,000 frames in 10 s since the restart (not 1,070,000): 930,000 left take 132 s.
     assert "7,000 frames/s" in line and "left 00:02:12" in line, line
+
+
+def test_the_final_progress_line_gives_the_mean_rate_since_the_start(capsys):
+    from ddrl.progress import Progress
+
+    now = [0.0]
+    progress = Progress(60.0, max_frames=10_000_000, max_minutes=0, clock=lambda: now[0])
+    now[0] = 60.0
+    progress.maybe_print(600_000, elapsed=60.0, update=100)
+    # The last stretch is a final evaluation and checkpoint: 20 s and few frames.
+    now[0] = 80.0
+    progress.maybe_print(600_400, elapsed=80.0, update=101, final=True)
+    periodic, final = capsys.readouterr().out.splitlines()
+    assert "10,000 frames/s" in periodic, periodic
+    assert "7,505 frames/s" in final, final

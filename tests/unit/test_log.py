@@ -94,3 +94,14 @@ def test_the_log_gets_its_name_only_once_readers_can_open_it(tmp_path, monkeypat
     log.close()
     assert seen == [(resume, False), 6 if resume else 0]
     assert [p.name for p in tmp_path.iterdir()] == ["log.h5"]
+
+
+def test_resuming_a_damaged_log_leaves_it_as_it_was_and_no_copy_behind(tmp_path):
+    path = tmp_path / "log.h5"
+    write_log(path).close()
+    damaged = path.read_bytes()[:4500]
+    path.write_bytes(damaged)
+    with pytest.raises(DdrlError, match="cut short"):
+        RunLog.resume(path, update=2, frames=200, restarts=1, attrs={})
+    assert path.read_bytes() == damaged
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.h5"]

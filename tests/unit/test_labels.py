@@ -1,0 +1,29 @@
+"""Legend labels for `ddrl analyze`: what differs, or the run names when too much does."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from analysis.load import Run
+from analysis.summary import MAX_LABEL_KEYS, run_labels
+
+
+def run(name: str, ranks: int = 2, **sections: dict) -> Run:
+    return Run(Path(name), name, sections, {"world_size": ranks})
+
+
+def test_labels_name_the_keys_that_differ():
+    runs = [run("a", optim={"lr": 1e-3}), run("b", optim={"lr": 5e-4}, ranks=4)]
+    assert run_labels(runs) == ["optim.lr=0.001, ranks=2", "optim.lr=0.0005, ranks=4"]
+
+
+def test_repeats_of_one_configuration_are_told_apart_by_name():
+    runs = [run("s0", optim={"lr": 1e-3}), run("s1", optim={"lr": 1e-3})]
+    assert run_labels(runs) == ["s0", "s1"]
+    runs = [run("s0", run={"seed": 0}), run("s1", run={"seed": 0}), run("x", run={"seed": 1})]
+    assert run_labels(runs) == ["s0: run.seed=0", "s1: run.seed=0", "x: run.seed=1"]
+
+
+def test_runs_of_different_jobs_are_labelled_by_name():
+    many = {f"k{i}": i for i in range(MAX_LABEL_KEYS + 1)}
+    runs = [run("pong-paper", node=many), run("pong-ppo", node={k: -1 for k in many})]
+    assert run_labels(runs) == ["pong-paper", "pong-ppo"]
