@@ -52,7 +52,7 @@ run: setup
 test: setup
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q tests/unit
-	$(PY) -m pytest -q tests --ignore=tests/unit
+	$(PY) -m pytest -q --durations=15 tests --ignore=tests/unit
 
 bench: setup
 	$(VENV)/bin/ddrl bench node jobs/pong.toml
