@@ -122,3 +122,18 @@ def test_bench_scaling_calibrates_checks_and_predicts(sync, described):
 def test_bench_scaling_refuses_bad_input():
     res = ddrl("bench", "scaling", JOBS / "cartpole.toml", "--rate", "fast", timeout=60)
     assert res.returncode == 2 and res.stderr.strip().startswith("ddrl: error: link rate 'fast'")
+
+
+def test_bench_ps_times_the_exchange_with_each_server_on_a_host_of_its_own():
+    res = ddrl("bench", "ps", "--hosts", "2", "--servers", "1", "--rates", "1gbit",
+               "--repeat", "2", "--sizes-mb", "1", timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "== 3 simulated host(s), one rank each, links 1gbit" in res.stdout
+    assert "across 2 worker(s) and 1 server(s) on 3 node(s)" in res.stdout
+    row = next(line.split() for line in res.stdout.splitlines() if line.split()[:2] == ["1", "MB"])
+    assert float(row[3]) > 0, row
+
+
+def test_bench_ps_refuses_bad_input():
+    res = ddrl("bench", "ps", "--servers", "0", timeout=60)
+    assert res.returncode == 2 and res.stderr.strip().startswith("ddrl: error: bench ps: need")

@@ -9,6 +9,8 @@ import importlib
 KINDS = {
     "node": ("ddrl.bench.node", "throughput of one node (or N ranks) for a job file"),
     "allreduce": ("ddrl.bench.allreduce", "time per all-reduce of each sync backend"),
+    "ps": ("ddrl.bench.psexchange", "time per parameter-server exchange (gradient slices "
+                                    "out, new slices back)"),
     "compare-sb3": ("ddrl.bench.sb3", "ddrl vs Stable-Baselines3 A2C on the same game and net"),
     "stragglers": ("ddrl.bench.stragglers", "update rate with a slowed rank: k-of-n vs full sync"),
     "offpolicy": ("ddrl.bench.offpolicy", "a2c vs V-trace on the ba3c node under heavy policy lag"),

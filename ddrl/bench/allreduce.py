@@ -32,37 +32,47 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _relaunch(args: argparse.Namespace) -> int:
-    from ddrl.distributed.launch import mpirun_command
-
     bench = [sys.executable, "-m", "ddrl", "bench", "allreduce", "--repeat", str(args.repeat),
              "--sizes-mb", *map(str, args.sizes_mb), "--backends", *args.backends]
-    if args.hosts:
-        return _across_hosts(args, bench)
+    return relaunch(bench, args.ranks, args.hosts, args.rates)
+
+
+def relaunch(bench: list[str], ranks: int, hosts: list[int], rates: list[str],
+             extra_hosts: int = 0) -> int:
+    """Run `bench` under mpirun: `ranks` ranks on this machine, or one rank per simulated
+    host for each host count in `hosts` (plus `extra_hosts` more, e.g. parameter servers)
+    at each link rate."""
+    from ddrl.distributed.launch import mpirun_command
+
+    if hosts:
+        return _across_hosts(bench, hosts, rates, extra_hosts)
     # Unbound: the timings are of the collective, not of ranks pinned to cores they share.
-    cmd = mpirun_command(args.ranks, bind=False) + bench
+    cmd = mpirun_command(ranks, bind=False) + bench
     return os.spawnv(os.P_WAIT, cmd[0], cmd)
 
 
-def _across_hosts(args: argparse.Namespace, bench: list[str]) -> int:
+def _across_hosts(bench: list[str], host_counts: list[int], rates: list[str],
+                  extra_hosts: int) -> int:
     from ddrl.bench.simhosts import SimulatedHosts, parse_rate
 
-    rates = args.rates or [None]
+    rates = rates or [None]
     for rate in rates:
         if rate is not None:
             parse_rate(rate)
-    for hosts in args.hosts:
+    for hosts in host_counts:
         for rate in rates:
-            with SimulatedHosts(hosts, rate=rate) as net:
-                say(f"== {hosts} simulated host(s), one rank each, links "
+            with SimulatedHosts(hosts + extra_hosts, rate=rate) as net:
+                say(f"== {hosts + extra_hosts} simulated host(s), one rank each, links "
                     f"{rate or 'unlimited'}")
-                cmd = net.mpirun([1] * hosts) + bench
+                cmd = net.mpirun([1] * (hosts + extra_hosts)) + bench
                 code = subprocess.run(cmd).returncode
             if code:
                 return code
     return 0
 
 
-def _buffers(sizes_mb: list[float]) -> list[tuple[str, int]]:
+def buffers(sizes_mb: list[float]) -> list[tuple[str, int]]:
+    """(label, float32 count): the models' gradients, then `sizes_mb`."""
     from ddrl.config import ModelConfig
     from ddrl.models import build_model
 
@@ -71,7 +81,7 @@ def _buffers(sizes_mb: list[float]) -> list[tuple[str, int]]:
     return out + [(f"{mb:g} MB", int(mb * 2**20) // 4) for mb in sizes_mb]
 
 
-def _time(comm, reduce, n: int, repeat: int, op_max) -> float:
+def time_calls(comm, reduce, n: int, repeat: int, op_max) -> float:
     """Median seconds per call, the slowest rank's (all-reduce is as fast as its last rank)."""
     buf = np.ones(n, np.float32)
     for _ in range(3):
@@ -106,14 +116,13 @@ def run(args: argparse.Namespace) -> int:
     backends = {"mpi": MpiAllreduceSync, "horovod": HorovodSync}
     for name in args.backends:
         reducers[f"{name} backend"] = backends[name](world, timeout=600.0).allreduce_sum
-    buffers = _buffers(args.sizes_mb)
     if world.is_root:
         print(f"all-reduce (sum, float32) across {world.size} ranks on {world.nodes} node(s); "
               f"median ms per call, slowest rank")
         header = f"{'buffer':>12s} {'MB':>8s} " + " ".join(f"{k:>16s}" for k in reducers)
         print(header + f" {'mpi/raw':>8s}")
-    for label, n in buffers:
-        ms = {k: 1e3 * _time(comm, fn, n, args.repeat, MPI.MAX) for k, fn in reducers.items()}
+    for label, n in buffers(args.sizes_mb):
+        ms = {k: 1e3 * time_calls(comm, fn, n, args.repeat, MPI.MAX) for k, fn in reducers.items()}
         if world.is_root:
             ratio = ms["mpi backend"] / ms["raw mpi4py"] if "mpi backend" in ms else float("nan")
             row = " ".join(f"{v:16.3f}" for v in ms.values())
