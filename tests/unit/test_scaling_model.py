@@ -19,10 +19,13 @@ def test_allreduce_steps_follow_recursive_doubling():
     assert link.allreduce(64, 2e6) == pytest.approx(6 * one)
 
 
-def test_parameter_servers_bottleneck_is_the_busiest_link():
+def test_parameter_servers_bottleneck_is_the_busiest_link_one_way_at_a_time():
     link = Link(latency=0.0, bandwidth=1e6)
-    assert link.parameter_servers(2, 1e6, 4) == pytest.approx(1.0)    # the worker's own link
-    assert link.parameter_servers(64, 1e6, 4) == pytest.approx(16.0)  # each server: 64 slices
+    # The worker's own link: its gradient out, then the new weights in.
+    assert link.parameter_servers(2, 1e6, 4) == pytest.approx(2.0)
+    # Each server: 64 workers' quarter slices in, then 64 new slices out.
+    assert link.parameter_servers(64, 1e6, 4) == pytest.approx(32.0)
+    assert Link(latency=0.01, bandwidth=1e6).parameter_servers(1, 1e6, 1) == pytest.approx(2.02)
 
 
 def test_fit_link_recovers_latency_and_bandwidth():
