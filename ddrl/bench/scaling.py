@@ -75,7 +75,8 @@ def fit_link(sizes: np.ndarray, seconds: np.ndarray) -> Link:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", help="TOML job file (all-reduce sync)")
     p.add_argument("--hosts", type=int, nargs="*", default=[2, 3, 4],
-                   help="simulated host counts to check the model on (default 2 3 4)")
+                   help="simulated host counts to check the model on (default 2 3 4; "
+                        "1: the node alone)")
     p.add_argument("--rate", default="100mbit", help="link rate of the simulated hosts")
     p.add_argument("--seconds", type=float, default=60.0, help="measured seconds per run")
     p.add_argument("--repeat", type=int, default=10, help="timed all-reduces per size")
@@ -170,8 +171,8 @@ def run(args: argparse.Namespace) -> int:
     parse_rate(args.rate)
     for rate in args.links:
         parse_rate(rate)
-    if args.seconds <= 0 or any(h < 2 for h in args.hosts) or any(p < 1 for p in args.predict):
-        raise DdrlError("bench scaling: need --seconds > 0, --hosts >= 2, --predict >= 1")
+    if args.seconds <= 0 or any(h < 1 for h in args.hosts) or any(p < 1 for p in args.predict):
+        raise DdrlError("bench scaling: need --seconds > 0, --hosts >= 1, --predict >= 1")
     cfg = load_config(args.job, args.set, check_env=check_env_id)
     servers = cfg.sync.ps if cfg.sync.mode == "ps" else 0
     nbytes = gradient_bytes(cfg)
