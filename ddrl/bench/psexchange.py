@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Callable
 
 import numpy as np
 
@@ -31,7 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="link rates for --hosts, e.g. 100mbit 1gbit (default: unlimited)")
 
 
-def exchange(comm, servers: int, n: int):
+def exchange(comm, servers: int, n: int
+             ) -> tuple[Callable[[np.ndarray], None], np.ndarray | None]:
     """(call, result): this rank's exchange for a gradient of n float32, a worker's or a
     server's, and the array a worker's call leaves the summed gradient in (None on servers)."""
     from mpi4py import MPI
