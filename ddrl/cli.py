@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
 from ddrl.errors import DdrlError, EveryRankError
@@ -38,9 +37,6 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    # TensorFlow's C++ start-up chatter would bury the progress line and one-line errors;
-    # a user who sets TF_CPP_MIN_LOG_LEVEL gets what they asked for.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     args = build_parser(argv).parse_args(argv)
     try:
         return importlib.import_module(COMMANDS[args.command][0]).run(args) or 0
