@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 
 from ddrl.bench.allreduce import buffers, relaunch, time_calls
+from ddrl.distributed.ps import Layout
 from ddrl.errors import DdrlError, EveryRankError
 
 
@@ -38,21 +39,20 @@ def exchange(comm, servers: int, n: int
     server's, and the array a worker's call leaves the summed gradient in (None on servers)."""
     from mpi4py import MPI
 
-    workers = comm.size - servers
-    edges = np.linspace(0, n, servers + 1).round().astype(int)
+    layout = Layout.of(servers, comm.size)
+    workers, bounds = layout.workers, layout.bounds(n)
     if comm.rank < workers:
         out = np.empty(n, np.float32)
 
         def worker(grad: np.ndarray) -> None:
             reqs = []
-            for s in range(servers):
-                lo, hi = edges[s], edges[s + 1]
+            for s, (lo, hi) in enumerate(bounds):
                 reqs.append(comm.Irecv(out[lo:hi], source=workers + s))
                 reqs.append(comm.Isend(grad[lo:hi], dest=workers + s))
             MPI.Request.Waitall(reqs)
         return worker, out
-    s = comm.rank - workers
-    size = edges[s + 1] - edges[s]
+    lo, hi = bounds[comm.rank - workers]
+    size = hi - lo
     slices = np.empty((workers, size), np.float32)
     total = np.empty(size, np.float32)
 
@@ -81,12 +81,12 @@ def run(args: argparse.Namespace) -> int:
     if comm.size <= args.servers:
         raise EveryRankError(f"bench ps: {comm.size} ranks leave no worker beside {args.servers} "
                         "server(s)")
+    workers = comm.size - args.servers
     if world.is_root:
-        print(f"parameter-server exchange across {comm.size - args.servers} worker(s) and "
+        print(f"parameter-server exchange across {workers} worker(s) and "
               f"{args.servers} server(s) on {world.nodes} node(s); median ms per exchange, "
               "slowest rank")
         print(f"{'buffer':>12s} {'MB':>8s} {'exchange':>10s}")
-    workers = comm.size - args.servers
     for label, n in buffers(args.sizes_mb):
         call, result = exchange(comm, args.servers, n)
         ms = 1e3 * time_calls(comm, call, n, args.repeat, MPI.MAX)
