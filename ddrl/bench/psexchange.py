@@ -47,8 +47,8 @@ def exchange(comm, servers: int, n: int
         def worker(grad: np.ndarray) -> None:
             reqs = []
             for s, (lo, hi) in enumerate(bounds):
-                reqs.append(comm.Irecv(out[lo:hi], source=workers + s))
-                reqs.append(comm.Isend(grad[lo:hi], dest=workers + s))
+                reqs.append(comm.Irecv(out[lo:hi], source=layout.server_rank(s)))
+                reqs.append(comm.Isend(grad[lo:hi], dest=layout.server_rank(s)))
             MPI.Request.Waitall(reqs)
         return worker, out
     lo, hi = bounds[comm.rank - workers]
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if comm.size <= args.servers:
         raise EveryRankError(f"bench ps: {comm.size} ranks leave no worker beside {args.servers} "
                         "server(s)")
-    workers = comm.size - args.servers
+    workers = Layout.of(args.servers, comm.size).workers
     if world.is_root:
         print(f"parameter-server exchange across {workers} worker(s) and "
               f"{args.servers} server(s) on {world.nodes} node(s); median ms per exchange, "
