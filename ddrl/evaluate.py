@@ -25,8 +25,10 @@ class EvalResult:
     episodes: int
 
 
-def evaluate(cfg: Config, learner, episodes: int, seed: int) -> EvalResult:
-    """Play `episodes` whole games; each simulator plays its share so long games count too."""
+def evaluate(cfg: Config, learner, episodes: int, seed: int,
+             stop: threading.Event | None = None) -> EvalResult | None:
+    """Play `episodes` whole games; each simulator plays its share so long games count too.
+    None when `stop` is set before they are all played."""
     n = min(episodes, MAX_EVAL_SIMS)
     quota = np.array([len(part) for part in np.array_split(np.arange(episodes), n)])
     pool = make_pool(cfg, n, seed, train=False)
@@ -34,6 +36,8 @@ def evaluate(cfg: Config, learner, episodes: int, seed: int) -> EvalResult:
     returns: list[float] = []
     try:
         while quota.any():
+            if stop is not None and stop.is_set():
+                return None
             step = pool.recv()
             logits, _ = learner.predict(step.obs)
             actions = np.argmax(logits, axis=-1).astype(np.int32)
@@ -64,6 +68,7 @@ class BackgroundEvaluator:
         self._thread: threading.Thread | None = None
         self._result: tuple[int, int, float, EvalResult, np.ndarray] | None = None
         self._error: BaseException | None = None
+        self._stop = threading.Event()
 
     @property
     def busy(self) -> bool:
@@ -74,13 +79,23 @@ class BackgroundEvaluator:
 
         def work():
             try:
-                res = evaluate(self._cfg, self._learner, self._cfg.eval.episodes, self._seed + update)
-                self._result = (update, frames, wall_time, res, weights)
+                res = evaluate(self._cfg, self._learner, self._cfg.eval.episodes, self._seed + update,
+                               self._stop)
+                if res is not None:
+                    self._result = (update, frames, wall_time, res, weights)
             except BaseException as exc:
                 self._error = exc
 
         self._thread = threading.Thread(target=work, daemon=True, name="evaluator")
         self._thread.start()
+
+    def cancel(self) -> None:
+        """Abandon a game in progress and wait for the thread: a process must not exit while
+        it is inside the emulator or TensorFlow (a signal's stop would otherwise end in a
+        crash at interpreter exit, not in the run's exit status)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
 
     def poll(self, wait: bool = False) -> tuple[int, int, float, EvalResult, np.ndarray] | None:
         """The finished evaluation's (update, frames, wall_time, result, weights), once."""
