@@ -90,9 +90,10 @@ class BackgroundEvaluator:
         self._thread.start()
 
     def cancel(self) -> None:
-        """Abandon a game in progress and wait for the thread: a process must not exit while
-        it is inside the emulator or TensorFlow (a signal's stop would otherwise end in a
-        crash at interpreter exit, not in the run's exit status)."""
+        """Abandon a game in progress, and any later one, and wait for the thread: a run that
+        stops on a signal calls it last, since a process must not exit while this thread is
+        inside the emulator or TensorFlow (that ended in a crash at interpreter exit, not in
+        the run's exit status)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

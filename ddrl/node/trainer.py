@@ -268,11 +268,10 @@ class Trainer:
 
     def _finish_root(self, reason: str) -> None:
         c = self.c
-        if reason == "signal":
-            if self.evaluator is not None:
-                self.evaluator.cancel()
-        else:
+        if reason != "signal":
             self._poll_eval(wait=True)
+        elif self.evaluator is not None:
+            self.evaluator.cancel()
         if reason in ("frames", "time") and self.cfg.eval.episodes:
             # A run that ends on its budget gets a score for its last weights.
             res = evaluate(self.cfg, self.learner, self.cfg.eval.episodes,
