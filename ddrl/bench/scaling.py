@@ -4,10 +4,12 @@
 
 An update on a node is its own work (simulate, predict, compute the gradient: t_node, which
 does not change with p in data parallelism) followed by the sync, which does:
-- all-reduce as Open MPI runs it here (recursive doubling, checked by timing 2-4 hosts: 3
-  hosts cost 3x and 4 hosts 2x what 2 cost): log2 p exchanges of the whole n-byte gradient at
-  the link's bandwidth B, each after a latency a, plus one step in and one out for the ranks
-  beyond the largest power of 2:  T = (floor(log2 p) + 2 [p not a power of 2]) (a + n / B).
+- all-reduce priced as recursive doubling, which fits the timings of 2-4 hosts (3 hosts cost
+  3x and 4 hosts 2x what 2 cost): log2 p exchanges of the whole n-byte gradient at the link's
+  bandwidth B, each after a latency a, plus one step in and one out for the ranks beyond the
+  largest power of 2:  T = (floor(log2 p) + 2 [p not a power of 2]) (a + n / B). Open MPI
+  4.1.4 actually runs Rabenseifner's algorithm for these sizes (README, "Several hosts"):
+  at 8 hosts it costs 2.5x the 2-host time, not this model's 3x.
   (A ring would cost 2 (p - 1) (a + n / (p B)), less at large p: Horovod's own ring is for
   GPUs; on CPUs it calls the same MPI_Allreduce.)
 - s parameter servers: each server's link carries every worker's 1/s slice in, then (once
