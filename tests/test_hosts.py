@@ -102,7 +102,7 @@ def test_simulated_hosts_are_removed_afterwards():
 
 
 @pytest.mark.parametrize("sync, described", [
-    ((), "sync: all-reduce"),
+    (("--allreduce", "ring"), "sync: all-reduce (ring)"),
     (("--set", "sync.mode=ps", "--set", "sync.ps=1", "--set", "sync.timeout=60"),
      "sync: 1 parameter server(s), each on a host of its own")])
 def test_bench_scaling_calibrates_checks_and_predicts(sync, described):

@@ -4,14 +4,14 @@
 
 An update on a node is its own work (simulate, predict, compute the gradient: t_node, which
 does not change with p in data parallelism) followed by the sync, which does:
-- all-reduce priced as recursive doubling, which fits the timings of 2-4 hosts (3 hosts cost
-  3x and 4 hosts 2x what 2 cost): log2 p exchanges of the whole n-byte gradient at the link's
-  bandwidth B, each after a latency a, plus one step in and one out for the ranks beyond the
-  largest power of 2:  T = (floor(log2 p) + 2 [p not a power of 2]) (a + n / B). Open MPI
-  4.1.4 actually runs Rabenseifner's algorithm for these sizes (README, "Several hosts"):
-  at 8 hosts it costs 2.5x the 2-host time, not this model's 3x.
-  (A ring would cost 2 (p - 1) (a + n / (p B)), less at large p: Horovod's own ring is for
-  GPUs; on CPUs it calls the same MPI_Allreduce.)
+- all-reduce in the form of the algorithm MPI runs (`--allreduce`; the bench forces Open MPI
+  to run that one, so the form and the runs agree). Rabenseifner's, Open MPI 4.1.4's own choice
+  for gradients of a megabyte and more at 2-8 hosts (README, "Several hosts"), reduce-scatters
+  by recursive halving, then all-gathers by recursive doubling: 2 log2 p steps, each after a
+  latency a, carrying 2 (p - 1) / p of the n-byte gradient at bandwidth B. The ring: 2 (p - 1)
+  steps of n / p. Recursive doubling: log2 p exchanges of all n. For p not a power of 2 the
+  ranks beyond the largest power of 2 first send their whole gradient to a partner and get the
+  sum back at the end: one exchange of n in and one out.
 - s parameter servers: each server's link carries every worker's 1/s slice in, then (once
   all are in and summed) the new slice out to every worker; each worker's link the whole
   gradient out, then back. One way at a time, at the link's own rate R (`ddrl bench ps`
@@ -22,9 +22,9 @@ The update rate is 1 / (t_node + T) and the parallel efficiency t_node / (t_node
 gradient cannot overlap the sync because the next batch's gradient needs the new weights.
 
 Calibration: a and B from timed mpi4py all-reduces of several sizes between 2 simulated hosts
-at the link rate. Check: real `ddrl train` runs of the job across 2..N simulated hosts (one rank
-each); each run's t_node (its wall time per update less its sync time) and the model's T give a
-predicted update rate, set beside the measured one.
+at the link rate, read through the chosen form at p = 2. Check: real `ddrl train` runs of the
+job across 2..N simulated hosts (one rank each); each run's t_node (its wall time per update
+less its sync time) and the model's T give a predicted update rate, set beside the measured one.
 """
 from __future__ import annotations
 
@@ -49,29 +49,46 @@ PAPER_SERVERS = 4
 PAPER_EFFICIENCY_64 = 14.2 * 60 / 21 / 64
 
 
+# Open MPI's numbers for the algorithms (coll_tuned_allreduce_algorithm).
+ALLREDUCE_ALGORITHMS = {"rabenseifner": 6, "ring": 4, "recursive-doubling": 3}
+
+
 @dataclass(frozen=True)
 class Link:
     latency: float    # a: seconds per message step
     bandwidth: float  # B: bytes per second
 
-    def allreduce(self, p: int, nbytes: float) -> float:
+    def allreduce(self, p: int, nbytes: float, form: str = "rabenseifner") -> float:
         if p < 2:
             return 0.0
+        if form == "ring":
+            return 2 * (p - 1) * (self.latency + nbytes / p / self.bandwidth)
         power = p.bit_length() - 1
-        steps = power + (2 if p != 1 << power else 0)
-        return steps * (self.latency + nbytes / self.bandwidth)
+        core = 1 << power
+        fold = 0.0 if p == core else 2 * (self.latency + nbytes / self.bandwidth)
+        if form == "recursive-doubling":
+            return fold + power * (self.latency + nbytes / self.bandwidth)
+        return fold + 2 * power * self.latency + 2 * (core - 1) / core * nbytes / self.bandwidth
 
     def parameter_servers(self, p: int, nbytes: float, servers: int) -> float:
         """With `bandwidth` the link's one-way rate (not the all-reduce's fitted one)."""
         return 2 * self.latency + 2 * max(p / servers, 1.0) * nbytes / self.bandwidth
 
 
-def fit_link(sizes: np.ndarray, seconds: np.ndarray) -> Link:
-    """Least squares of the 2-node all-reduce time T = a + n / B."""
+def fit_link(sizes: np.ndarray, seconds: np.ndarray, form: str = "rabenseifner") -> Link:
+    """Least squares of the 2-node all-reduce time T = c + n / B; the form says how many
+    latencies c holds (two in Rabenseifner's and the ring's steps, one in an exchange)."""
     slope, intercept = np.polyfit(sizes, seconds, 1)
     if slope <= 0:
         raise DdrlError("calibration: all-reduce time did not grow with size; raise --repeat")
-    return Link(latency=max(intercept, 0.0), bandwidth=1.0 / slope)
+    steps = Link(latency=1.0, bandwidth=np.inf).allreduce(2, 0.0, form)
+    return Link(latency=max(intercept, 0.0) / steps, bandwidth=1.0 / slope)
+
+
+def forced(form: str) -> list[str]:
+    """mpirun options that make Open MPI's tuned collectives run that all-reduce."""
+    return ["--mca", "coll_tuned_use_dynamic_rules", "1",
+            "--mca", "coll_tuned_allreduce_algorithm", str(ALLREDUCE_ALGORITHMS[form])]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -80,6 +97,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="simulated host counts to check the model on (default 2 3 4; "
                         "1: the node alone)")
     p.add_argument("--rate", default="100mbit", help="link rate of the simulated hosts")
+    p.add_argument("--allreduce", choices=sorted(ALLREDUCE_ALGORITHMS), default="rabenseifner",
+                   help="the all-reduce algorithm the runs are forced to and the model prices "
+                        "(default rabenseifner: what Open MPI 4.1.4 runs for these gradients)")
     p.add_argument("--seconds", type=float, default=60.0, help="measured seconds per run")
     p.add_argument("--repeat", type=int, default=10, help="timed all-reduces per size")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -110,11 +130,11 @@ for mb in map(float, sys.argv[2:]):
 """
 
 
-def calibrate(rate: str, repeat: int) -> Link:
+def calibrate(rate: str, repeat: int, form: str) -> Link:
     from ddrl.bench.simhosts import SimulatedHosts
 
     with SimulatedHosts(2, rate=rate) as net:
-        cmd = net.mpirun([1, 1]) + [sys.executable, "-c", CALIBRATE, str(repeat),
+        cmd = net.mpirun([1, 1]) + forced(form) + [sys.executable, "-c", CALIBRATE, str(repeat),
                                     *map(str, CALIBRATION_MB)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
     rows = [line.split()[1:] for line in proc.stdout.splitlines()
@@ -122,7 +142,7 @@ def calibrate(rate: str, repeat: int) -> Link:
     if proc.returncode != 0 or len(rows) != len(CALIBRATION_MB):
         raise DdrlError(f"calibration failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
     sizes, seconds = np.array(rows, dtype=float).T
-    return fit_link(sizes, seconds)
+    return fit_link(sizes, seconds, form)
 
 
 @dataclass(frozen=True)
@@ -135,15 +155,16 @@ class Measured:
 
 
 def measure(job: str, overrides: list[str], hosts: int, servers: int, rate: str,
-            seconds: float, nbytes: int) -> Measured:
+            seconds: float, nbytes: int, form: str) -> Measured:
     """`hosts` workers, one per simulated host, and the parameter servers (if any) each on a
     host of its own (they are the last ranks)."""
     from ddrl.bench.runs import timed_rows
     from ddrl.bench.simhosts import SimulatedHosts
 
     with SimulatedHosts(hosts + servers, rate=rate) as net:
-        rows, warmup = timed_rows(net.mpirun([1] * (hosts + servers)), job, overrides, seconds,
-                                  "train", f"the measured training on {hosts} hosts")
+        launch = net.mpirun([1] * (hosts + servers)) + forced(form)
+        rows, warmup = timed_rows(launch, job, overrides, seconds, "train",
+                                  f"the measured training on {hosts} hosts")
     if len(rows) < 3:
         raise DdrlError(f"fewer than 3 updates after {warmup:.0f} s of warm-up: raise --seconds")
     span = rows["wall_time"][-1] - rows["wall_time"][0]
@@ -178,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.job, args.set, check_env=check_env_id)
     servers = cfg.sync.ps if cfg.sync.mode == "ps" else 0
     nbytes = gradient_bytes(cfg)
-    link = calibrate(args.rate, args.repeat)
+    link = calibrate(args.rate, args.repeat, args.allreduce)
     say(f"[ddrl] links {args.rate}: fitted latency {link.latency * 1e3:.2f} ms per step, "
         f"bandwidth {link.bandwidth * 8 / 1e6:.1f} Mbit/s")
     one_way = Link(link.latency, parse_rate(args.rate) / 8)
@@ -186,14 +207,16 @@ def run(args: argparse.Namespace) -> int:
     def sync_model(p: int) -> float:
         if servers:
             return one_way.parameter_servers(p, nbytes, servers)
-        return link.allreduce(p, nbytes)
+        return link.allreduce(p, nbytes, args.allreduce)
 
-    say(f"sync: {f'{servers} parameter server(s), each on a host of its own' if servers else 'all-reduce'}")
+    say("sync: " + (f"{servers} parameter server(s), each on a host of its own" if servers
+                    else f"all-reduce ({args.allreduce})"))
     say(f"{'hosts':>5} {'t_node ms':>10} {'sync ms':>9} {'model ms':>9} {'updates/s':>10} "
         f"{'predicted':>10} {'error':>7}")
     measured = []
     for hosts in args.hosts:
-        m = measure(args.job, args.set, hosts, servers, args.rate, args.seconds, nbytes)
+        m = measure(args.job, args.set, hosts, servers, args.rate, args.seconds, nbytes,
+                    args.allreduce)
         model = sync_model(hosts)
         predicted = 1.0 / (m.t_node + model)
         measured.append(m)

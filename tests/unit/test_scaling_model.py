@@ -8,15 +8,33 @@ from ddrl.bench.scaling import Link, fit_link
 from ddrl.errors import DdrlError
 
 
-def test_allreduce_steps_follow_recursive_doubling():
+def test_allreduce_recursive_doubling_exchanges_the_whole_gradient_log2_p_times():
     link = Link(latency=0.001, bandwidth=1e6)
     one = 0.001 + 2e6 / 1e6  # one exchange of a 2 MB gradient
-    assert link.allreduce(1, 2e6) == 0.0
-    assert link.allreduce(2, 2e6) == pytest.approx(one)
-    assert link.allreduce(3, 2e6) == pytest.approx(3 * one)   # 1 + a step in and out
-    assert link.allreduce(4, 2e6) == pytest.approx(2 * one)
-    assert link.allreduce(6, 2e6) == pytest.approx(4 * one)
-    assert link.allreduce(64, 2e6) == pytest.approx(6 * one)
+    form = "recursive-doubling"
+    assert link.allreduce(1, 2e6, form) == 0.0
+    assert link.allreduce(2, 2e6, form) == pytest.approx(one)
+    assert link.allreduce(3, 2e6, form) == pytest.approx(3 * one)   # 1 + a step in and out
+    assert link.allreduce(4, 2e6, form) == pytest.approx(2 * one)
+    assert link.allreduce(6, 2e6, form) == pytest.approx(4 * one)
+    assert link.allreduce(64, 2e6, form) == pytest.approx(6 * one)
+
+
+def test_allreduce_rabenseifner_halves_then_doubles():
+    link = Link(latency=0.0, bandwidth=1e6)
+    # Reduce-scatter n/2, n/4, n/8 and all-gather them back: 2 (1 - 1/8) n at 8 ranks.
+    assert link.allreduce(2, 1e6) == pytest.approx(1.0)
+    assert link.allreduce(4, 1e6) == pytest.approx(1.5)
+    assert link.allreduce(8, 1e6) == pytest.approx(1.75)
+    assert link.allreduce(3, 1e6) == pytest.approx(1.0 + 2.0)        # folded: n in, n out
+    assert link.allreduce(64, 1e6) == pytest.approx(2 * 63 / 64)
+    assert Link(0.01, np.inf).allreduce(64, 1e6) == pytest.approx(12 * 0.01)
+
+
+def test_allreduce_ring_sends_2_p_minus_1_blocks_of_n_over_p():
+    link = Link(latency=0.01, bandwidth=1e6)
+    assert link.allreduce(2, 1e6, "ring") == pytest.approx(2 * (0.01 + 0.5))
+    assert link.allreduce(5, 1e6, "ring") == pytest.approx(8 * (0.01 + 0.2))
 
 
 def test_parameter_servers_bottleneck_is_the_busiest_link_one_way_at_a_time():
@@ -30,8 +48,11 @@ def test_parameter_servers_bottleneck_is_the_busiest_link_one_way_at_a_time():
 
 def test_fit_link_recovers_latency_and_bandwidth():
     sizes = np.array([1e5, 1e6, 4e6])
-    link = fit_link(sizes, 0.002 + sizes / 5e6)
+    link = fit_link(sizes, 0.002 + sizes / 5e6, "recursive-doubling")
     assert link.latency == pytest.approx(0.002)
     assert link.bandwidth == pytest.approx(5e6)
+    two_steps = fit_link(sizes, 0.002 + sizes / 5e6)  # Rabenseifner's 2 steps at p = 2
+    assert two_steps.latency == pytest.approx(0.001)
+    assert two_steps.allreduce(2, 1e6) == pytest.approx(0.002 + 1e6 / 5e6)
     with pytest.raises(DdrlError):
         fit_link(sizes, np.array([0.3, 0.2, 0.1]))
