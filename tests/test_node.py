@@ -31,6 +31,8 @@ def test_cartpole_learns(mode, algo, run_dir):
     assert len(train) and np.all(np.diff(train["update"]) > 0)
     assert train["frames"][-1] <= CARTPOLE_BUDGET + 1000
     assert (train["policy_lag"] >= 0).all()
+    if algo in ("vtrace", "appo"):  # the acting policy's log-probabilities reached the loss
+        assert np.isfinite(train["approx_kl"]).all() and (train["approx_kl"] >= 0).all()
     if (mode, algo) == ("ba3c", "a2c"):
         # Training goes on while the evaluator plays, so the last checkpoint may have regressed;
         # the best-evaluated weights are the ones that reached the target.

@@ -51,3 +51,9 @@ def log_prob(logits: np.ndarray, actions: np.ndarray) -> np.ndarray:
     z = logits - logits.max(axis=-1, keepdims=True)
     log_probs = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
     return np.take_along_axis(log_probs, actions[:, None].astype(np.int64), axis=-1)[:, 0]
+
+
+def approx_kl(log_ratio: tf.Tensor) -> tf.Tensor:
+    """KL(behaviour || current) by the low-variance estimator (r - 1) - log r on the behaviour's
+    samples, as CleanRL and SB3 log it."""
+    return tf.reduce_mean(tf.exp(log_ratio) - 1 - log_ratio)

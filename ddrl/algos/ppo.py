@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from ddrl.algos.base import policy_terms
+from ddrl.algos.base import approx_kl, policy_terms
 from ddrl.algos.batch import Batch, Rollout
 from ddrl.config import Config
 
@@ -49,11 +49,9 @@ def ppo_loss(logits: tf.Tensor, values: tf.Tensor, actions: tf.Tensor,
     value_loss = tf.reduce_mean(value_err)
     entropy = tf.reduce_mean(entropy)
     loss = policy_loss + value_coef * value_loss - entropy_coef * entropy
-    # The low-variance KL estimator (r - 1) - log r, as CleanRL and SB3 log it.
-    approx_kl = tf.reduce_mean((ratio - 1) - log_ratio)
     clip_frac = tf.reduce_mean(tf.cast(tf.abs(ratio - 1) > clip, tf.float32))
     return loss, {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss,
-                  "entropy": entropy, "approx_kl": approx_kl, "clip_frac": clip_frac}
+                  "entropy": entropy, "approx_kl": approx_kl(log_ratio), "clip_frac": clip_frac}
 
 
 class PPO:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ddrl.algos.actor_critic import actor_critic_loss
+from ddrl.algos.base import approx_kl, policy_terms
 from ddrl.algos.batch import Rollout
 from ddrl.algos.ppo import PPO
 from ddrl.config import Config
@@ -49,10 +50,12 @@ def _vtrace(cfg: Config, r: Rollout) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 class VTrace:
     """One gradient step per batch: the policy gradient weighs rho_s (q_s - V(x_s)), the
-    critic regresses on v_s."""
+    critic regresses on v_s. Its `approx_kl` is how far the learner's policy has moved from
+    the acting one on the batch: the policy lag in the policy's own terms. (The share of
+    weights rho-bar = 1 truncates says little: about half of them at any lag.)"""
 
     name = "vtrace"
-    fields = ("returns", "advantages")
+    fields = ("returns", "advantages", "logp")
     off_policy = True
     head = "actor_critic"
 
@@ -61,12 +64,15 @@ class VTrace:
 
     def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
         vs, q, rho = _vtrace(self.cfg, rollout)
-        return {"returns": vs, "advantages": rho * (q - rollout.values)}
+        return {"returns": vs, "advantages": rho * (q - rollout.values),
+                "logp": rollout.logp.astype(np.float32)}
 
     def loss(self, logits, values, actions, targets):
         o = self.cfg.optim
-        return actor_critic_loss(logits, values, actions, targets["returns"], o.entropy,
-                                 o.value_coef, advantages=targets["advantages"])
+        loss, stats = actor_critic_loss(logits, values, actions, targets["returns"], o.entropy,
+                                        o.value_coef, advantages=targets["advantages"])
+        log_ratio = policy_terms(logits, actions)[0] - targets["logp"]
+        return loss, {**stats, "approx_kl": approx_kl(log_ratio)}
 
     def minibatches(self, batch, rng):
         return [batch]

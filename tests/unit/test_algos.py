@@ -217,6 +217,7 @@ def test_vtrace_and_appo_targets():
     v = VTrace(cfg).targets(r)
     np.testing.assert_allclose(v["returns"], vs)
     np.testing.assert_allclose(v["advantages"], rho * (q - values), rtol=1e-6)
+    np.testing.assert_array_equal(v["logp"], mu)
     a = APPO(cfg).targets(r)
     np.testing.assert_allclose(a["advantages"], q - values, rtol=1e-6)
     np.testing.assert_array_equal(a["logp"], mu)
@@ -235,3 +236,20 @@ def test_actor_critic_loss_takes_given_advantages_for_the_policy_only():
                                -np.mean(np.log(p[np.arange(8), actions]) * adv), rtol=1e-5)
     np.testing.assert_allclose(float(stats["value_loss"]), np.mean((returns - values) ** 2),
                                rtol=1e-5)
+
+
+def test_vtrace_loss_reports_how_far_the_policy_moved_from_the_acting_one():
+    n = 32
+    logits = RNG.standard_normal((n, 3)).astype(np.float32)
+    actions = RNG.integers(0, 3, n).astype(np.int32)
+    current = np.log(softmax(logits)[np.arange(n), actions])
+    mu = (current + RNG.normal(0, 0.5, n)).astype(np.float32)
+    targets = {"returns": RNG.standard_normal(n).astype(np.float32),
+               "advantages": RNG.standard_normal(n).astype(np.float32), "logp": mu}
+    _, stats = VTrace(Config()).loss(tf.constant(logits), tf.constant(np.zeros(n, np.float32)),
+                                     tf.constant(actions),
+                                     {k: tf.constant(v) for k, v in targets.items()})
+    ratio = np.exp(current - mu)
+    assert np.isnan(float(stats["clip_frac"]))
+    np.testing.assert_allclose(float(stats["approx_kl"]), np.mean(ratio - 1 - np.log(ratio)),
+                               rtol=1e-4)
