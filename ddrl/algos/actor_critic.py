@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from ddrl.algos.base import policy_terms
+from ddrl.algos.base import approx_kl, policy_terms
 from ddrl.algos.batch import Batch, Rollout
 from ddrl.config import Config
 
@@ -22,10 +22,12 @@ def nstep_returns(rewards: np.ndarray, dones: np.ndarray, bootstrap: np.ndarray 
 
 def actor_critic_loss(logits: tf.Tensor, values: tf.Tensor, actions: tf.Tensor,
                       returns: tf.Tensor, entropy_coef: float, value_coef: float,
-                      advantages: tf.Tensor | None = None
+                      advantages: tf.Tensor | None = None,
+                      behaviour_logp: tf.Tensor | None = None
                       ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
     """Policy gradient on the advantages (stop_grad(R - V) unless given), value_coef x mean
-    squared error of V against R, entropy bonus."""
+    squared error of V against R, entropy bonus. Given the acting policy's log-probabilities,
+    `approx_kl` is how far the current policy has moved from it (NaN otherwise)."""
     log_prob_a, entropy = policy_terms(logits, actions)
     error = returns - values
     advantages = error if advantages is None else advantages
@@ -34,8 +36,9 @@ def actor_critic_loss(logits: tf.Tensor, values: tf.Tensor, actions: tf.Tensor,
     entropy = tf.reduce_mean(entropy)
     loss = policy_loss + value_coef * value_loss - entropy_coef * entropy
     nan = tf.constant(float("nan"))
+    kl = nan if behaviour_logp is None else approx_kl(log_prob_a - behaviour_logp)
     return loss, {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss,
-                  "entropy": entropy, "approx_kl": nan, "clip_frac": nan}
+                  "entropy": entropy, "approx_kl": kl, "clip_frac": nan}
 
 
 def clip_by_average_norm(grad: tf.Tensor, clip: float) -> tf.Tensor:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from ddrl.algos.actor_critic import actor_critic_loss
-from ddrl.algos.base import approx_kl, policy_terms
 from ddrl.algos.batch import Rollout
 from ddrl.algos.ppo import PPO
 from ddrl.config import Config
@@ -69,10 +68,9 @@ class VTrace:
 
     def loss(self, logits, values, actions, targets):
         o = self.cfg.optim
-        loss, stats = actor_critic_loss(logits, values, actions, targets["returns"], o.entropy,
-                                        o.value_coef, advantages=targets["advantages"])
-        log_ratio = policy_terms(logits, actions)[0] - targets["logp"]
-        return loss, {**stats, "approx_kl": approx_kl(log_ratio)}
+        return actor_critic_loss(logits, values, actions, targets["returns"], o.entropy,
+                                 o.value_coef, advantages=targets["advantages"],
+                                 behaviour_logp=targets["logp"])
 
     def minibatches(self, batch, rng):
         return [batch]

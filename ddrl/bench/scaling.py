@@ -134,8 +134,8 @@ def calibrate(rate: str, repeat: int, form: str) -> Link:
     from ddrl.bench.simhosts import SimulatedHosts
 
     with SimulatedHosts(2, rate=rate) as net:
-        cmd = net.mpirun([1, 1]) + forced(form) + [sys.executable, "-c", CALIBRATE, str(repeat),
-                                    *map(str, CALIBRATION_MB)]
+        cmd = net.mpirun([1, 1]) + forced(form) + [
+            sys.executable, "-c", CALIBRATE, str(repeat), *map(str, CALIBRATION_MB)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
     rows = [line.split()[1:] for line in proc.stdout.splitlines()
             if line.startswith("calibration ")]
