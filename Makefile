@@ -14,7 +14,7 @@ RUN_STAMP := $(shell date +%Y%m%d-%H%M%S)
 RUN_OUT ?= runs/pong-$(RUN_STAMP)
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 
-.PHONY: setup run test bench clean-venv
+.PHONY: setup run test docs bench clean-venv
 
 setup: $(VENV)/.horovod
 
@@ -48,11 +48,17 @@ run: setup
 	  --out $(RUN_OUT) --set run.max_minutes=$(RUN_MINUTES) --set run.checkpoint_minutes=2
 	$(VENV)/bin/ddrl analyze $(RUN_OUT) --reference $(RUN_REFERENCE)
 
-# The fast in-process tier first: a broken formula fails in seconds, before any mpirun.
+# The in-process tiers first (unit, then integration over fakes): a broken formula or loop
+# fails in seconds, before any mpirun.
 test: setup
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q tests/unit
-	$(PY) -m pytest -q --durations=15 tests --ignore=tests/unit
+	$(PY) -m pytest -q tests/unit tests/integration
+	$(MAKE) --no-print-directory docs
+	$(PY) -m pytest -q --durations=15 tests --ignore=tests/unit --ignore=tests/integration
+
+# The documentation site (docs/, mkdocs.yml) into site/; --strict fails on a broken link.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 bench: setup
 	$(VENV)/bin/ddrl bench node jobs/pong.toml

@@ -14,7 +14,7 @@ from typing import Any, Iterable, NamedTuple
 import h5py
 import pandas as pd
 
-from ddrl.config import Config
+from ddrl.config import Config, current_keys
 from ddrl.errors import DdrlError
 from ddrl.log import TABLES, open_log, read_table
 
@@ -42,8 +42,7 @@ class Run:
 
     def setting(self, key: str, default: Any = None) -> Any:
         """A config value by its dotted key, e.g. `run.setting("node.batch_size")`."""
-        section, _, name = key.partition(".")
-        return self.config.get(section, {}).get(name, default)
+        return current_keys(_flat(self.config)).get(key, default)
 
     def flat_config(self) -> dict[str, Any]:
         """`section.key -> value`, plus `ranks` (the world size), for comparing runs.
@@ -51,7 +50,7 @@ class Run:
         A key the log lacks takes today's default: a log written before the key existed ran
         with the behaviour its default keeps (and the one key that can be none, eval.target,
         defaults to none), so an old run and a new one differ only where their settings do."""
-        flat = {**_DEFAULTS, **_flat(self.config)}
+        flat = {**_DEFAULTS, **current_keys(_flat(self.config))}
         flat["ranks"] = self.world_size
         return flat
 

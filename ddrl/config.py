@@ -1,7 +1,9 @@
 """Typed run configuration: defaults from the paper's Table 1, TOML job files, --set overrides.
 
 Config keys are the public interface (job files and `--set key=value` use them), so every
-field here is documented in the README and validated with a one-line error naming the key.
+field here is documented (`ddrl/config_docs.py`, from which the docs' reference is built) and
+validated with a one-line error naming the key. A key that moved keeps working under its old
+name (`RENAMED`), with a one-line note.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import tomli_w
 import tomllib
 
 from ddrl.errors import DdrlError
+from ddrl.output import say
 
 
 @dataclass
@@ -55,7 +58,6 @@ class NodeConfig:
     n_sim: int = 10
     batch_size: int = 32
     t_max: int = 5
-    gamma: float = 0.99
     predictors: int = 1
     predict_batch: int = 0
     queue_size: int = 0
@@ -77,11 +79,9 @@ class OptimConfig:
     beta1: float = 0.8
     beta2: float = 0.75
     # The authors' per-tensor clip by average norm; 0 turns it off.
-    clip: float = 0.1
+    clip_per_tensor: float = 0.1
     # Clip by the global norm of the whole gradient (PPO's usual 0.5); 0 turns it off.
     max_grad_norm: float = 0.0
-    entropy: float = 0.01
-    value_coef: float = 0.5
     lr_scaling: str = "none"
     # "linear" decays the learning rate to 0 at run.max_frames.
     lr_schedule: str = "constant"
@@ -93,9 +93,13 @@ class OptimConfig:
 @dataclass
 class AlgoConfig:
     name: str = "a2c"
+    gamma: float = 0.99
+    # Loss weights of the actor-critic algorithms: entropy bonus, value loss.
+    entropy: float = 0.01
+    value_coef: float = 0.5
     # PPO: clip range of the ratio (and of the value change, with clip_value), GAE's lambda,
     # passes over each rollout and minibatches per pass, per-minibatch advantage normalisation.
-    clip: float = 0.1
+    ratio_clip: float = 0.1
     gae_lambda: float = 0.95
     epochs: int = 4
     minibatches: int = 4
@@ -105,8 +109,12 @@ class AlgoConfig:
     # (rho-bar) and in the trace (c-bar); IMPALA's 1.0 for both.
     rho_clip: float = 1.0
     c_clip: float = 1.0
-    # DQN (with node.mode = "dqn"): Nature DQN's values (the concurrent-DQN paper's Table 5);
-    # counts are per rank, in agent steps (frame_skip frames each) unless named frames.
+
+
+@dataclass
+class DQNConfig:
+    """DQN's settings (algo.name = "dqn"): Nature DQN's values (the concurrent-DQN paper's
+    Table 5); counts are per rank, in agent steps (frame_skip frames each) unless named frames."""
     replay_frames: int = 1_000_000
     prepopulate: int = 50_000
     target_period: int = 10_000
@@ -166,6 +174,7 @@ class Config:
     node: NodeConfig = field(default_factory=NodeConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
+    dqn: DQNConfig = field(default_factory=DQNConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -192,6 +201,26 @@ def _key(f: dataclasses.Field) -> str:
     return f.name.rstrip("_")
 
 
+_DQN_KEYS = ("replay_frames", "prepopulate", "target_period", "train_period", "n_step", "double",
+             "dueling", "eps_start", "eps_final", "eps_steps", "concurrent", "samplers",
+             "synchronized", "save_replay")
+# Old name -> new name: job files, --set and the config of old logs keep working.
+RENAMED = {
+    "node.gamma": "algo.gamma",
+    "optim.entropy": "algo.entropy",
+    "optim.value_coef": "algo.value_coef",
+    "optim.clip": "optim.clip_per_tensor",
+    "algo.clip": "algo.ratio_clip",
+    **{f"algo.{k}": f"dqn.{k}" for k in _DQN_KEYS},
+}
+
+
+def current_keys(flat: dict[str, Any]) -> dict[str, Any]:
+    """`section.key -> value` with renamed keys under their current names (an old log's
+    config, for comparing it with new runs)."""
+    return {RENAMED.get(k, k): v for k, v in flat.items()}
+
+
 _CHOICES = {
     "node.mode": ("ba3c", "a2c", "dqn"),
     "model.arch": ("ddrl", "nature", "a3c", "mlp"),
@@ -214,22 +243,22 @@ _RANGES = {
     "run.checkpoint_minutes": (0.0, None, False), "run.keep_checkpoints": (1, None, True),
     "run.log_every": (1, None, True), "run.progress_seconds": (0.0, None, False),
     "node.n_sim": (1, 4096, True), "node.batch_size": (1, None, True),
-    "node.t_max": (1, None, True), "node.gamma": (0.0, 1.0, True),
+    "node.t_max": (1, None, True), "algo.gamma": (0.0, 1.0, True),
     "node.predictors": (1, None, True), "node.predict_batch": (0, None, True),
     "node.queue_size": (0, None, True), "node.threads": (0, None, True),
     "model.fc": (1, None, True), "optim.lr": (0.0, None, False),
     "optim.eps": (0.0, None, False), "optim.beta1": (0.0, 1.0, True),
-    "optim.beta2": (0.0, 1.0, True), "optim.clip": (0.0, None, True),
-    "optim.entropy": (0.0, None, True), "optim.max_grad_norm": (0.0, None, True),
-    "algo.clip": (0.0, None, False), "algo.gae_lambda": (0.0, 1.0, True),
+    "optim.beta2": (0.0, 1.0, True), "optim.clip_per_tensor": (0.0, None, True),
+    "algo.entropy": (0.0, None, True), "optim.max_grad_norm": (0.0, None, True),
+    "algo.ratio_clip": (0.0, None, False), "algo.gae_lambda": (0.0, 1.0, True),
     "algo.epochs": (1, None, True), "algo.minibatches": (1, None, True),
     "algo.rho_clip": (0.0, None, False), "algo.c_clip": (0.0, None, False),
-    "algo.replay_frames": (1, None, True), "algo.prepopulate": (0, None, True),
-    "algo.target_period": (1, None, True), "algo.train_period": (1, None, True),
-    "algo.n_step": (1, None, True), "algo.eps_start": (0.0, 1.0, True),
-    "algo.eps_final": (0.0, 1.0, True), "algo.eps_steps": (1, None, True),
-    "algo.samplers": (1, 1024, True),
-    "optim.value_coef": (0.0, None, True),
+    "dqn.replay_frames": (1, None, True), "dqn.prepopulate": (0, None, True),
+    "dqn.target_period": (1, None, True), "dqn.train_period": (1, None, True),
+    "dqn.n_step": (1, None, True), "dqn.eps_start": (0.0, 1.0, True),
+    "dqn.eps_final": (0.0, 1.0, True), "dqn.eps_steps": (1, None, True),
+    "dqn.samplers": (1, 1024, True),
+    "algo.value_coef": (0.0, None, True),
     "sync.ps": (0, None, True), "sync.aggregate": (0.0, None, False),
     "sync.timeout": (0.0, None, False), "eval.every": (1, None, True),
     "eval.episodes": (0, None, True), "eval.epsilon": (0.0, 1.0, True),
@@ -277,7 +306,11 @@ def _parse_cli_value(text: str) -> Any:
         return text
 
 
-def _apply(cfg: Config, key: str, value: Any) -> None:
+def _apply(cfg: Config, key: str, value: Any, note: Callable[[str], None]) -> str:
+    """Sets one key; returns its current name."""
+    if key in RENAMED:
+        note(f"ddrl: note: config key {key} is now {RENAMED[key]} (the old name still works)")
+        key = RENAMED[key]
     parts = key.split(".")
     sections = {f.name: f for f in dataclasses.fields(cfg)}
     if len(parts) != 2 or parts[0] not in sections:
@@ -289,6 +322,15 @@ def _apply(cfg: Config, key: str, value: Any) -> None:
     f = fields[parts[1]]
     hints = typing.get_type_hints(type(section))
     setattr(section, f.name, _coerce(key, value, hints[f.name]))
+    return key
+
+
+def _node_for_algo(cfg: Config, given: set[str]) -> None:
+    """DQN has one node and the node one algorithm: naming either side is enough."""
+    if cfg.algo.name == "dqn" and "node.mode" not in given:
+        cfg.node.mode = "dqn"
+    elif cfg.node.mode == "dqn" and "algo.name" not in given:
+        cfg.algo.name = "dqn"
 
 
 def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
@@ -352,26 +394,30 @@ def _validate_dqn(cfg: Config) -> None:
                         "so algo.name = 'dqn' and node.mode = 'dqn' go together")
     if not dqn_algo:
         return
-    a = cfg.algo
+    a = cfg.dqn
     if cfg.sync.mode == "ps":
         raise DdrlError("config key sync.mode: DQN sums every minibatch gradient across ranks; "
                         "use sync.mode = 'allreduce'")
     if a.concurrent and a.target_period % a.train_period:
-        raise DdrlError(f"config key algo.target_period: {a.target_period} is not a multiple of "
-                        f"algo.train_period ({a.train_period}), so concurrent training cannot "
+        raise DdrlError(f"config key dqn.target_period: {a.target_period} is not a multiple of "
+                        f"dqn.train_period ({a.train_period}), so concurrent training cannot "
                         "train target_period / train_period minibatches per period")
     stack = 4 if cfg.is_atari else 1
     if a.replay_frames < a.samplers * (stack + a.n_step + 1) * 2:
-        raise DdrlError(f"config key algo.replay_frames: {a.replay_frames} frames cannot hold "
+        raise DdrlError(f"config key dqn.replay_frames: {a.replay_frames} frames cannot hold "
                         f"{a.samplers} samplers' stacks and {a.n_step}-step transitions")
 
 
 def load_config(path: str | Path | None, overrides: list[str] = (),
-                check_env: Callable[[str], None] | None = None) -> Config:
+                check_env: Callable[[str], None] | None = None,
+                note: Callable[[str], None] | None = None) -> Config:
     """Defaults, then the job file, then `key=value` overrides; validated as a whole.
     `check_env` (`ddrl.envs.check_env_id` for anything that runs the game) vets the game id
-    first, since other checks depend on the kind of game; config itself knows no simulators."""
+    first, since other checks depend on the kind of game; config itself knows no simulators.
+    `note` takes the one-line notes on renamed keys (default: standard error)."""
+    note = note or (lambda line: say(line, err=True))
     cfg = Config()
+    given: set[str] = set()
     if path is not None:
         path = Path(path)
         if not path.is_file():
@@ -381,12 +427,13 @@ def load_config(path: str | Path | None, overrides: list[str] = (),
         except tomllib.TOMLDecodeError as exc:
             raise DdrlError(f"{path}: not valid TOML ({exc})") from None
         for key, value in _flatten(data, str(path)).items():
-            _apply(cfg, key, value)
+            given.add(_apply(cfg, key, value, note))
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep:
             raise DdrlError(f"--set {item!r}: expected key=value")
-        _apply(cfg, key.strip(), _parse_cli_value(text.strip()))
+        given.add(_apply(cfg, key.strip(), _parse_cli_value(text.strip()), note))
+    _node_for_algo(cfg, given)
     if check_env is not None:
         check_env(cfg.env.id)
     validate(cfg)

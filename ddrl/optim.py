@@ -1,9 +1,11 @@
-"""Adam with the paper's tuned constants (or Nature DQN's centered RMSProp), and learning-rate
-scaling rules for many workers."""
+"""Adam with the paper's tuned constants (or Nature DQN's centered RMSProp), learning-rate
+scaling rules for many workers, and the one adapter that reads Adam's moments out of Keras."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+import numpy as np
 import tensorflow as tf
 
 from ddrl.config import OptimConfig
@@ -31,3 +33,39 @@ def make_optimizer(cfg: OptimConfig, workers: int) -> tf.keras.optimizers.Optimi
     # Keras' epsilon is TF1's "epsilon hat" (added to sqrt(v_hat)), as in the authors' TF 1.2 code.
     return tf.keras.optimizers.Adam(learning_rate=scaled_lr(cfg, workers), beta_1=cfg.beta1,
                                     beta_2=cfg.beta2, epsilon=cfg.eps)
+
+
+@dataclass
+class AdamMoments:
+    """Adam's state as flat vectors in the order of the model's variables, plus its step count:
+    what a parameter server holds for its slice and sends back for a checkpoint."""
+    iterations: int
+    m: np.ndarray
+    v: np.ndarray
+
+    def slice(self, lo: int, hi: int) -> "AdamMoments":
+        return AdamMoments(self.iterations, self.m[lo:hi], self.v[lo:hi])
+
+
+def _slots(optimizer: tf.keras.optimizers.Optimizer) -> tuple[list, list]:
+    """Keras 2 and 3 both keep the moments under these private names; the public
+    `optimizer.variables` mixes them with other state in an order that depends on the Keras
+    version. The only place ddrl reads a library's private attributes."""
+    return optimizer._momentums, optimizer._velocities
+
+
+def get_moments(optimizer: tf.keras.optimizers.Optimizer) -> AdamMoments:
+    m, v = _slots(optimizer)
+    return AdamMoments(int(optimizer.iterations.numpy()),
+                       np.concatenate([x.numpy().ravel() for x in m]).astype(np.float32),
+                       np.concatenate([x.numpy().ravel() for x in v]).astype(np.float32))
+
+
+def set_moments(optimizer: tf.keras.optimizers.Optimizer, state: AdamMoments) -> None:
+    optimizer.iterations.assign(state.iterations)
+    for slots, flat in zip(_slots(optimizer), (state.m, state.v)):
+        offset = 0
+        for var in slots:
+            size = int(np.prod(var.shape))
+            var.assign(flat[offset:offset + size].reshape(var.shape))
+            offset += size

@@ -20,7 +20,7 @@ from ddrl import checkpoint
 from ddrl.config import load_config
 from ddrl.envs import check_env_id
 from ddrl.errors import DdrlError
-from ddrl.train import default_run_dir
+from ddrl.rundir import default_run_dir
 
 TEMPLATES = Path(__file__).resolve().parent / "slurm"
 LAUNCH_BLOCK = re.compile(r"^# >>> ddrl launch.*?^# <<< ddrl launch\n", re.M | re.S)

@@ -4,8 +4,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import tempfile
 import traceback
 from pathlib import Path
 
@@ -14,6 +12,7 @@ from ddrl.config import Config, load_config
 from ddrl.envs import check_env_id
 from ddrl.errors import DdrlError, EveryRankError
 from ddrl.output import say
+from ddrl.rundir import default_run_dir, prepare
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,53 +24,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="continue the run in --out from its latest checkpoint")
 
 
-def default_run_dir(job: str) -> Path:
-    stem = Path(job).stem
-    env = os.environ
-    if "SLURM_ARRAY_JOB_ID" in env:
-        tag = f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID', '0')}"
-    elif "SLURM_JOB_ID" in env:
-        tag = env["SLURM_JOB_ID"]
-    else:
-        tag = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{stem}-{tag}"
-
-
-def _prepare_run_dir(run_dir: Path, resume: bool, loud: bool) -> checkpoint.Checkpoint | None:
-    """The checkpoint to resume from; refuses to write over an existing run's log."""
-    if resume:
-        path, ckpt, damaged = checkpoint.latest_intact(run_dir / "checkpoints")
-        if ckpt is None:
-            detail = f" ({len(damaged)} damaged: {damaged[0]})" if damaged else ""
-            raise DdrlError(f"--resume: no intact checkpoint in {run_dir / 'checkpoints'}{detail}")
-        for line in damaged if loud else []:
-            say(f"[ddrl] skipped: {line}; resuming from {path.name}", err=True)
-        if not (run_dir / "log.h5").is_file():
-            raise DdrlError(f"--resume: {run_dir / 'log.h5'} is missing")
-        return ckpt
-    if (run_dir / "log.h5").exists():
-        raise DdrlError(f"{run_dir} already holds a run: pass --resume, or choose another --out")
-    _check_writable(run_dir)
-    return None
-
-
-def _check_writable(run_dir: Path) -> None:
-    """Now, before TensorFlow and the simulators start, rather than at the first log write."""
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".ddrl-write-check-"):
-            pass
-    except OSError as exc:
-        raise DdrlError(f"run directory {run_dir}: cannot write there "
-                        f"({exc.strerror or exc}{': ' + exc.filename if exc.filename else ''})") from None
-
-
 def run(args: argparse.Namespace) -> int:
-    from ddrl.distributed.sync import check_world
-    from ddrl.distributed.world import discover
+    from ddrl.distributed.backends import check_world
+    from ddrl.distributed.world import discover, launcher_rank
 
+    quiet = launcher_rank() != 0  # every rank reads the job: one copy of each note is enough
     try:
-        cfg = load_config(args.job, args.set, check_env=check_env_id)
+        cfg = load_config(args.job, args.set, check_env=check_env_id,
+                          note=(lambda line: None) if quiet else None)
         world = discover(need_mpi=False)
         check_world(cfg, world.size)
     except DdrlError as exc:
@@ -80,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     if world.comm is not None:
         run_dir = Path(world.comm.bcast(str(run_dir), root=0))
     try:
-        resumed, problem = _prepare_run_dir(run_dir, args.resume, loud=world.is_root), None
+        resumed, problem = prepare(run_dir, args.resume, loud=world.is_root), None
     except DdrlError as exc:
         resumed, problem = None, str(exc)
     if world.comm is not None:
@@ -107,14 +67,16 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
                          deterministic=cfg.node.mode in ("a2c", "dqn"))
     import tensorflow as tf
 
+    from ddrl.acting import actors_class
+    from ddrl.distributed.backends import make_sync, trainer_ranks
     from ddrl.distributed.ps import is_server
-    from ddrl.distributed.sync import make_sync
     from ddrl.envs import env_spec
-    from ddrl.evaluate import BackgroundEvaluator
     from ddrl.info import versions
+    from ddrl.learner import Learner
     from ddrl.log import RunLog
-    from ddrl.node.learner import Learner
-    from ddrl.node.trainer import Counters, Trainer
+    from ddrl.loop.bookkeeping import Counters
+    from ddrl.loop.evaluator import BackgroundEvaluator
+    from ddrl.loop.trainer import Trainer
     from ddrl.seeding import derive_seed
 
     tf.keras.utils.set_random_seed(derive_seed(cfg.run.seed, 0, "init"))
@@ -124,8 +86,8 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
 
         # A parameter server holds a slice of the weights and runs no simulators.
         return serve(cfg, world, *spec)
-    sync = make_sync(cfg, world)
-    learner = Learner(cfg, *spec, workers=sync.workers)
+    learner = Learner(cfg, *spec, workers=trainer_ranks(cfg, world.size))
+    sync = make_sync(cfg, world, learner.num_params)
     counters = Counters()
     if ckpt is not None:
         counters = Counters(ckpt.update, ckpt.frames, ckpt.wall_time, ckpt.restarts + 1)
@@ -139,7 +101,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
     if world.is_root:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.toml").write_text(cfg.to_toml())
-        attrs = {"config": cfg.to_json(), "world_size": world.size, "nodes": world.nodes,
+        attrs = {"config": cfg.to_json(), "world_size": world.size, "nodes": world.hosts,
                  "versions": json.dumps(versions()), "sync_backend": sync.name}
         if ckpt is None:
             attrs["start_time"] = datetime.datetime.now().astimezone().isoformat()
@@ -149,36 +111,20 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
                                 counters.restarts, attrs)
         log.append("starts", {"restart": counters.restarts, "update": counters.update,
                               "frames": counters.frames, "wall_time": counters.wall_time,
-                              "world_size": world.size, "nodes": world.nodes})
+                              "world_size": world.size, "nodes": world.hosts})
         if cfg.eval.episodes:
             evaluator = BackgroundEvaluator(cfg, lambda: Learner(cfg, *spec),
                                             derive_seed(cfg.run.seed, 0, "eval"))
-        say(f"[ddrl] {cfg.env.id} {cfg.node.mode} x {world.size} rank(s) on {world.nodes} "
-            f"node(s), {learner.num_params:,} parameters, sync {sync.name}, "
+        say(f"[ddrl] {cfg.env.id} {cfg.node.mode} x {world.size} rank(s) on {world.hosts} "
+            f"host(s), {learner.num_params:,} parameters, sync {sync.name}, "
             f"run directory {run_dir}" + (f" (resumed at update {counters.update})"
                                           if ckpt else ""))
-    node_cls = node_class(cfg)
-    node = node_cls(cfg, learner, world.rank, counters.restarts)
-    node.update = counters.update
+    actors = actors_class(cfg)(cfg, learner, world.rank, counters.restarts)
+    actors.update = counters.update
     if ckpt is not None:
-        node.restore_state(run_dir / "checkpoints", counters.update)
-    trainer = Trainer(cfg, world, learner, node, sync, run_dir, counters, log, evaluator)
+        actors.restore_state(run_dir / "checkpoints", counters.update)
+    trainer = Trainer(cfg, world, learner, actors, sync, run_dir, counters, log, evaluator)
     try:
         return trainer.run()
     finally:
         sync.close()
-
-
-def node_class(cfg: Config) -> type:
-    """The node for `node.mode`, imported only when chosen."""
-    if cfg.node.mode == "a2c":
-        from ddrl.node.a2c import A2CNode
-
-        return A2CNode
-    if cfg.node.mode == "dqn":
-        from ddrl.node.dqn import DQNNode
-
-        return DQNNode
-    from ddrl.node.ba3c import BA3CNode
-
-    return BA3CNode

@@ -12,15 +12,15 @@ import pytest
 from conftest import DDRL, JOBS, NO_EVAL, ROOT, assert_solved, ddrl, env_for_tests, table
 
 from ddrl import checkpoint
-from ddrl.node.trainer import EXIT_SIGNALLED
+from ddrl.loop.trainer import EXIT_SIGNALLED
 
 DQN_JOB = JOBS / "cartpole-dqn.toml"
 WEIGHTS = re.compile(r"\[ddrl\] rank (\d+) final weights sha256 ([0-9a-f]+)")
 
 
 @pytest.mark.parametrize("mode", [
-    ("algo.concurrent=false", "algo.synchronized=true"),
-    ("algo.concurrent=true", "algo.synchronized=false", "algo.samplers=2"),
+    ("dqn.concurrent=false", "dqn.synchronized=true"),
+    ("dqn.concurrent=true", "dqn.synchronized=false", "dqn.samplers=2"),
 ])
 def test_dqn_learns_cartpole(mode, run_dir):
     """Greedy evaluation reaches 400 within the job's 100,000 frames: standard DQN with 4
@@ -40,8 +40,8 @@ def test_dqn_learns_cartpole(mode, run_dir):
 def test_dqn_concurrent_on_two_ranks_is_one_reproducible_agent(tmp_path):
     """Every minibatch gradient is summed across ranks (the same weights on both), and two
     runs of concurrent training with unsynchronized samplers train on the same data."""
-    sets = ["--set", "algo.concurrent=true", "--set", "algo.synchronized=false",
-            "--set", "algo.samplers=2", "--set", "algo.target_period=200",
+    sets = ["--set", "dqn.concurrent=true", "--set", "dqn.synchronized=false",
+            "--set", "dqn.samplers=2", "--set", "dqn.target_period=200",
             "--set", "run.max_frames=6000", "--set", "run.log_every=1", *NO_EVAL]
     runs = [ddrl("train", DQN_JOB, "--out", tmp_path / name, *sets, ranks=2, timeout=300)
             for name in ("a", "b")]
@@ -56,8 +56,8 @@ def test_dqn_concurrent_on_two_ranks_is_one_reproducible_agent(tmp_path):
 
 
 @pytest.mark.parametrize("sets", [
-    ("algo.prepopulate=100000000",),
-    ("algo.concurrent=true", "algo.target_period=100000000", "algo.train_period=1"),
+    ("dqn.prepopulate=100000000",),
+    ("dqn.concurrent=true", "dqn.target_period=100000000", "dqn.train_period=1"),
 ], ids=["prepopulation", "concurrent-period"])
 def test_a_stop_signal_ends_a_long_sampling_phase(sets, run_dir):
     """SIGTERM (scancel) while the memory is prepopulated, or while a concurrent sampler thread
@@ -82,10 +82,10 @@ def test_a_stop_signal_ends_a_long_sampling_phase(sets, run_dir):
 
 
 def test_a_resumed_run_takes_up_each_ranks_saved_replay_memory(run_dir):
-    """`algo.save_replay`: each rank's memory is saved with the final checkpoint and restored
+    """`dqn.save_replay`: each rank's memory is saved with the final checkpoint and restored
     by --resume, which then trains at once instead of prepopulating (1,000 frames of random
     play per rank in this job)."""
-    sets = ["--set", "algo.save_replay=true", "--set", "run.log_every=1", *NO_EVAL]
+    sets = ["--set", "dqn.save_replay=true", "--set", "run.log_every=1", *NO_EVAL]
     first = ddrl("train", DQN_JOB, "--out", run_dir, *sets, "--set", "run.max_frames=6000",
                  ranks=2, timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]

@@ -46,7 +46,7 @@ def test_allreduce_across_two_hosts_ends_as_on_one_host(backend, tmp_path):
                        *sets)
         after = net.traffic()
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    assert "x 2 rank(s) on 2 node(s)" in res.stdout, res.stdout[:2000]
+    assert "x 2 rank(s) on 2 host(s)" in res.stdout, res.stdout[:2000]
     assert root_attrs(tmp_path / "hosts")["nodes"] == 2
     digests = final_weights(res.stdout)
     assert sorted(digests) == [0, 1] and len(set(digests.values())) == 1, digests
@@ -129,7 +129,7 @@ def test_bench_ps_times_the_exchange_with_each_server_on_a_host_of_its_own():
                "--repeat", "2", "--sizes-mb", "1", timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert "== 3 simulated host(s), one rank each, links 1gbit" in res.stdout
-    assert "across 2 worker(s) and 1 server(s) on 3 node(s)" in res.stdout
+    assert "across 2 worker(s) and 1 server(s) on 3 host(s)" in res.stdout
     row = next(line.split() for line in res.stdout.splitlines() if line.split()[:2] == ["1", "MB"])
     assert float(row[3]) > 0, row
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import DDRL, JOBS, ROOT, assert_solved, ddrl, env_for_tests, root_attrs, table
 
-from ddrl.node.trainer import EXIT_SIGNALLED
+from ddrl.loop.trainer import EXIT_SIGNALLED
 
 CARTPOLE_BUDGET = 300_000
 

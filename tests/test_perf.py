@@ -1,5 +1,5 @@
 """The performance tooling works and the fast paths keep learning intact: functional checks
-only, since timings on a shared 2-core machine are noise (the figures are in the README)."""
+only, since timings on a shared 2-core machine are noise (the figures are in docs/performance.md)."""
 from __future__ import annotations
 
 import importlib.util

@@ -56,9 +56,9 @@ class A2C:
     head = "actor_critic"
 
     def __init__(self, cfg: Config):
-        self.gamma = cfg.node.gamma
-        self.entropy = cfg.optim.entropy
-        self.value_coef = cfg.optim.value_coef
+        self.gamma = cfg.algo.gamma
+        self.entropy = cfg.algo.entropy
+        self.value_coef = cfg.algo.value_coef
 
     def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
         return {"returns": nstep_returns(rollout.rewards, rollout.dones, rollout.bootstrap,

@@ -1,6 +1,6 @@
 """DQN (Mnih et al. 2015) with the usual extensions as options: n-step returns, Double DQN's
 target, the dueling head. The replay memory, the target network and the samplers belong to
-the dqn node (`ddrl/node/dqn.py`); this module owns the targets and the loss.
+the dqn node (`ddrl/acting/dqn.py`); this module owns the targets and the loss.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def huber(x: tf.Tensor) -> tf.Tensor:
 
 def epsilon(cfg: Config, step: int) -> float:
     """The exploration rate after `step` agent steps of learning, annealed linearly."""
-    a = cfg.algo
+    a = cfg.dqn
     return a.eps_final + (a.eps_start - a.eps_final) * max(0.0, 1.0 - step / a.eps_steps)
 
 
@@ -41,14 +41,14 @@ class DQN:
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
-        self.head = "dueling" if cfg.algo.dueling else "q"
+        self.head = "dueling" if cfg.dqn.dueling else "q"
 
     def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
         """(n, B) rewards and dones of B sampled transitions and the n after them; `bootstrap`
         values the state n steps on. The return of each time step, to its last step: row 0 is
         the n-step target of the sampled transitions."""
         return {"returns": nstep_returns(rollout.rewards, rollout.dones, rollout.bootstrap,
-                                         self.cfg.node.gamma)}
+                                         self.cfg.algo.gamma)}
 
     def loss(self, logits, values, actions, targets):
         q = tf.gather(logits, actions, batch_dims=1)

@@ -65,15 +65,15 @@ class PPO:
 
     def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
         r = rollout
-        adv, returns = gae(r.rewards, r.dones, r.values, r.bootstrap, self.cfg.node.gamma,
+        adv, returns = gae(r.rewards, r.dones, r.values, r.bootstrap, self.cfg.algo.gamma,
                            self.cfg.algo.gae_lambda)
         return {"returns": returns, "advantages": adv, "logp": r.logp.astype(np.float32),
                 "values": r.values.astype(np.float32)}
 
     def loss(self, logits, values, actions, targets):
-        a, o = self.cfg.algo, self.cfg.optim
-        return ppo_loss(logits, values, actions, targets, a.clip, a.clip_value, a.normalize,
-                        o.entropy, o.value_coef)
+        a = self.cfg.algo
+        return ppo_loss(logits, values, actions, targets, a.ratio_clip, a.clip_value, a.normalize,
+                        a.entropy, a.value_coef)
 
     def minibatches(self, batch: Batch, rng: np.random.Generator) -> list[Batch]:
         out = []

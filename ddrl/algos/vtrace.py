@@ -43,7 +43,7 @@ def vtrace(rewards: np.ndarray, dones: np.ndarray, values: np.ndarray, bootstrap
 
 def _vtrace(cfg: Config, r: Rollout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     target = r.logp if r.target_logp is None else r.target_logp
-    return vtrace(r.rewards, r.dones, r.values, r.bootstrap, r.logp, target, cfg.node.gamma,
+    return vtrace(r.rewards, r.dones, r.values, r.bootstrap, r.logp, target, cfg.algo.gamma,
                   cfg.algo.rho_clip, cfg.algo.c_clip)
 
 
@@ -67,9 +67,9 @@ class VTrace:
                 "logp": rollout.logp.astype(np.float32)}
 
     def loss(self, logits, values, actions, targets):
-        o = self.cfg.optim
-        return actor_critic_loss(logits, values, actions, targets["returns"], o.entropy,
-                                 o.value_coef, advantages=targets["advantages"],
+        a = self.cfg.algo
+        return actor_critic_loss(logits, values, actions, targets["returns"], a.entropy,
+                                 a.value_coef, advantages=targets["advantages"],
                                  behaviour_logp=targets["logp"])
 
     def minibatches(self, batch, rng):

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         return _relaunch(args)
     from mpi4py import MPI
 
-    from ddrl.distributed.sync import HorovodSync, MpiAllreduceSync
+    from ddrl.distributed.allreduce import HorovodSync, MpiAllreduceSync
 
     world = discover(need_mpi=True)
     comm = world.comm
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     for name in args.backends:
         reducers[f"{name} backend"] = backends[name](world, timeout=600.0).allreduce_sum
     if world.is_root:
-        print(f"all-reduce (sum, float32) across {world.size} ranks on {world.nodes} node(s); "
+        print(f"all-reduce (sum, float32) across {world.size} ranks on {world.hosts} host(s); "
               f"median ms per call, slowest rank")
         header = f"{'buffer':>12s} {'MB':>8s} " + " ".join(f"{k:>16s}" for k in reducers)
         print(header + f" {'mpi/raw':>8s}")

@@ -14,10 +14,10 @@ from ddrl.errors import DdrlError
 
 DEFAULT_JOB = Path(__file__).resolve().parents[2] / "jobs" / "pong-dqn.toml"
 VARIANTS = {
-    "standard": ("algo.concurrent=false", "algo.synchronized=false"),
-    "concurrent": ("algo.concurrent=true", "algo.synchronized=false"),
-    "synchronized": ("algo.concurrent=false", "algo.synchronized=true"),
-    "both": ("algo.concurrent=true", "algo.synchronized=true"),
+    "standard": ("dqn.concurrent=false", "dqn.synchronized=false"),
+    "concurrent": ("dqn.concurrent=true", "dqn.synchronized=false"),
+    "synchronized": ("dqn.concurrent=false", "dqn.synchronized=true"),
+    "both": ("dqn.concurrent=true", "dqn.synchronized=true"),
 }
 
 
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     base = load_config(args.job, args.set)
     if base.algo.name != "dqn":
         raise DdrlError(f"{args.job}: not a DQN job (algo.name = {base.algo.name!r})")
-    a = base.algo
+    a = base.dqn
     print(f"ddrl bench dqn {args.job}: {base.env.id}, {base.model.arch}, minibatch "
           f"{base.node.batch_size}, train period {a.train_period}, target period "
           f"{a.target_period}, epsilon {args.epsilon:g}, {args.seconds:g} s per variant; "
@@ -51,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
         for variant in args.variants:
             if variant in ("synchronized", "both") and w == 1:
                 continue  # one sampler has nothing to synchronize with
-            sets = [*args.set, *VARIANTS[variant], f"algo.samplers={w}",
-                    f"algo.eps_start={args.epsilon}", f"algo.eps_final={args.epsilon}"]
+            sets = [*args.set, *VARIANTS[variant], f"dqn.samplers={w}",
+                    f"dqn.eps_start={args.epsilon}", f"dqn.eps_final={args.epsilon}"]
             load_config(args.job, sets)
             fig = measure_training(args.job, sets, args.seconds, base.env.frame_skip)
             # Updates, not frames: concurrent training adds its frames at each target update.

@@ -120,7 +120,7 @@ def network_rate(learner, obs_shape: tuple[int, ...], obs_dtype: np.dtype, infer
     With `actor_threads`, inference runs on that many threads feeding the training loop
     through a bounded queue, as ba3c's predictors feed its FIFO; without, inference and
     training take turns on one thread, as in a2c."""
-    from ddrl.node.learner import sample_actions
+    from ddrl.learner import sample_actions
 
     rng = np.random.default_rng(0)
     if np.issubdtype(obs_dtype, np.integer):
@@ -185,6 +185,15 @@ def network_rate(learner, obs_shape: tuple[int, ...], obs_dtype: np.dtype, infer
             t.join()
 
 
+def batch_sizes(cfg) -> tuple[int, int]:
+    """(inference batch, training batch) of an actor-critic node, for the network alone."""
+    if cfg.node.mode == "a2c":
+        return -(-cfg.node.n_sim // min(2, cfg.node.n_sim)), cfg.node.t_max * cfg.node.n_sim
+    from ddrl.acting.ba3c import inference_batch
+
+    return inference_batch(cfg, -(-cfg.node.n_sim // cfg.node.predictors)), cfg.node.batch_size
+
+
 def ceilings(cfg, learner, node_cls, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
              seconds: float) -> tuple[float, float, int]:
     """(emulator agent steps/s, network data points/s, frames per agent step) of one rank."""
@@ -195,7 +204,7 @@ def ceilings(cfg, learner, node_cls, obs_shape: tuple[int, ...], obs_dtype: np.d
     finally:
         node.close()
     actor_threads = cfg.node.predictors if cfg.node.mode == "ba3c" else 0
-    network = network_rate(learner, obs_shape, obs_dtype, *node_cls.batch_sizes(cfg), seconds,
+    network = network_rate(learner, obs_shape, obs_dtype, *batch_sizes(cfg), seconds,
                            actor_threads)
     return emulator, network, frames_per_step
 
@@ -213,15 +222,15 @@ def run(args: argparse.Namespace) -> int:
     threads = cores_per_rank(cfg.node.threads, args.ranks)
     configure_tensorflow(threads, deterministic=cfg.node.mode == "a2c")
 
+    from ddrl.acting import actors_class
     from ddrl.envs import env_spec
+    from ddrl.learner import Learner
     from ddrl.models import forward_flops
-    from ddrl.node.learner import Learner
-    from ddrl.train import node_class
 
     obs_shape, obs_dtype, n_actions = env_spec(cfg)
     learner = Learner(cfg, obs_shape, obs_dtype, n_actions)
-    node_cls = node_class(cfg)
-    infer_batch, train_batch = node_cls.batch_sizes(cfg)
+    node_cls = actors_class(cfg)
+    infer_batch, train_batch = batch_sizes(cfg)
     print(f"ddrl bench node {args.job}: {cfg.env.id}, {cfg.node.mode}, {cfg.node.n_sim} simulators, "
           f"net {cfg.model.arch} ({learner.num_params:,} params, "
           f"{forward_flops(learner.model) / 1e6:.2f} MFLOP/obs), {cfg.model.precision}, "

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     workers = Layout.of(args.servers, comm.size).workers
     if world.is_root:
         print(f"parameter-server exchange across {workers} worker(s) and "
-              f"{args.servers} server(s) on {world.nodes} node(s); median ms per exchange, "
+              f"{args.servers} server(s) on {world.hosts} host(s); median ms per exchange, "
               "slowest rank")
         print(f"{'buffer':>12s} {'MB':>8s} {'exchange':>10s}")
     for label, n in buffers(args.sizes_mb):

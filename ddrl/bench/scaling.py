@@ -6,7 +6,7 @@ An update on a node is its own work (simulate, predict, compute the gradient: t_
 does not change with p in data parallelism) followed by the sync, which does:
 - all-reduce in the form of the algorithm MPI runs (`--allreduce`; the bench forces Open MPI
   to run that one, so the form and the runs agree). Rabenseifner's, Open MPI 4.1.4's own choice
-  for gradients of a megabyte and more at 2-8 hosts (README, "Several hosts"), reduce-scatters
+  for gradients of a megabyte and more at 2-8 hosts (docs/scaling.md), reduce-scatters
   by recursive halving, then all-gathers by recursive doubling: 2 log2 p steps, each after a
   latency a, carrying 2 (p - 1) / p of the n-byte gradient at bandwidth B. The ring: 2 (p - 1)
   steps of n / p. Recursive doubling: log2 p exchanges of all n. For p not a power of 2 the

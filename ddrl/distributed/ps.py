@@ -123,26 +123,3 @@ def quorum(aggregate: float, workers: int) -> int:
         raise DdrlError(f"config key sync.aggregate: {int(aggregate)} gradients per update but "
                         f"only {workers} worker rank(s)")
     return int(aggregate)
-
-
-def adam_slots(optimizer) -> tuple[list, list]:
-    """The Adam first and second moment variables, in the order of the model's variables.
-    Keras 2 and 3 both keep them under these names; the public `optimizer.variables` mixes
-    them with other state in an order that depends on the Keras version."""
-    return optimizer._momentums, optimizer._velocities
-
-
-def flat_moments(optimizer) -> tuple[np.ndarray, np.ndarray]:
-    m, v = adam_slots(optimizer)
-    return (np.concatenate([x.numpy().ravel() for x in m]).astype(np.float32),
-            np.concatenate([x.numpy().ravel() for x in v]).astype(np.float32))
-
-
-def set_flat_moments(optimizer, iterations: int, m: np.ndarray, v: np.ndarray) -> None:
-    optimizer.iterations.assign(iterations)
-    for slots, flat in zip(adam_slots(optimizer), (m, v)):
-        offset = 0
-        for var in slots:
-            size = int(np.prod(var.shape))
-            var.assign(flat[offset:offset + size].reshape(var.shape))
-            offset += size

@@ -19,7 +19,6 @@ from collections import deque
 
 import numpy as np
 
-from ddrl.checkpoint import StopSignals
 from ddrl.config import Config
 from ddrl.distributed.ps import (
     APPLY,
@@ -37,21 +36,19 @@ from ddrl.distributed.ps import (
     VELOCITY,
     WEIGHTS,
     Layout,
-    adam_slots,
     control_schema,
-    flat_moments,
     interval_schema,
     meta_schema,
     quorum,
-    set_flat_moments,
     split,
 )
 from ddrl.distributed.sync import bcast
 from ddrl.distributed.waiting import Backoff, abort, wait_all
 from ddrl.distributed.world import World
-from ddrl.node.learner import Learner
-from ddrl.optim import make_optimizer
+from ddrl.learner import Learner
+from ddrl.optim import get_moments, make_optimizer, set_moments
 from ddrl.output import quiet_first_call, say
+from ddrl.signals import StopSignals
 
 
 def serve(cfg: Config, world: World, obs_shape: tuple[int, ...], obs_dtype, num_actions: int) -> int:
@@ -95,8 +92,7 @@ class ParameterServer:
         self._var = tf.Variable(learner.get_weights()[lo:hi])
         self._opt = make_optimizer(self._cfg.optim, self.workers)
         self._opt.build([self._var])
-        m, v = flat_moments(learner.optimizer)
-        set_flat_moments(self._opt, int(learner.optimizer.iterations.numpy()), m[lo:hi], v[lo:hi])
+        set_moments(self._opt, learner.get_moments().slice(lo, hi))
         # Compiled with XLA like Learner.apply: Adam's element-wise passes fuse into one loop.
         self._step = quiet_first_call(tf.function(
             lambda g: self._opt.apply_gradients([(g, self._var)]), jit_compile=True,
@@ -326,8 +322,8 @@ class ParameterServer:
             self._marks[w] = self._totals
         out = [(meta, REPLY), (self._weights, WEIGHTS)]
         if state:
-            m, v = adam_slots(self._opt)
-            out += [(m[0].numpy(), MOMENT), (v[0].numpy(), VELOCITY)]
+            adam = get_moments(self._opt)
+            out += [(adam.m, MOMENT), (adam.v, VELOCITY)]
         for buf, tag in out:
             self._sends.append(self._comm.Isend(buf, w, tag))
             self.status["bytes_out"] += buf.nbytes

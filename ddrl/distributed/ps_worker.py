@@ -22,14 +22,13 @@ from ddrl.distributed.ps import (
     WEIGHTS,
     interval_schema,
     meta_schema,
-    set_flat_moments,
     split,
 )
-from ddrl.distributed.sync import LocalSync, SyncResult, bcast
+from ddrl.distributed.sync import LocalSync, SyncResult, Update, bcast
 from ddrl.distributed.waiting import abort, wait_all
 from ddrl.distributed.world import World
 from ddrl.errors import DdrlError
-from ddrl.node.learner import Learner
+from ddrl.optim import AdamMoments
 
 
 @dataclass
@@ -51,10 +50,10 @@ class WorkerWorld(World):
 class PsSync(LocalSync):
     name = "ps"
 
-    def __init__(self, cfg: Config, world: World):
+    def __init__(self, cfg: Config, world: World, num_params: int):
         layout, own_comm = split(cfg, world)
         super().__init__(WorkerWorld(world.rank, layout.workers, world.local_rank,
-                                     world.local_size, world.nodes, own_comm, world.comm))
+                                     world.local_size, world.hosts, own_comm, world.comm))
         self._job = world
         self._comm = world.comm
         self._layout = layout
@@ -64,32 +63,33 @@ class PsSync(LocalSync):
         self._version = 0
         self._sent = 0
         self._extras = 0  # the side channel's size, fixed by the trainer's first update
-        self._weights: np.ndarray | None = None
+        self._weights = np.empty(num_params, np.float32)
         self._finished = False
 
     def broadcast(self, array: np.ndarray) -> np.ndarray:
         # The servers take their slices from rank 0's weights and Adam state, so they join in.
         return bcast(self._comm, array)
 
-    def update(self, learner: Learner, grad: np.ndarray, extras: np.ndarray) -> SyncResult:
+    def update(self, grad: np.ndarray, extras: np.ndarray) -> SyncResult:
         start = time.perf_counter()
         self._sent += 1
         self._extras = extras.size
         finite = bool(np.isfinite(grad).all())
-        replies = self._exchange(learner, GRAD, grad=grad, extras=extras, finite=finite)
-        res = self._result(replies, time.perf_counter() - start)
+        replies, update = self._exchange(GRAD, grad=grad, extras=extras, finite=finite)
+        res = self._result(replies, update, time.perf_counter() - start)
         res.finite = finite
         return res
 
-    def pull_state(self, learner: Learner) -> None:
-        if not self._finished:
-            self._exchange(learner, STATE, state=True)
+    def pull_state(self) -> Update:
+        if self._finished:
+            return Update()
+        return self._exchange(STATE, state=True)[1]
 
-    def finish(self, learner: Learner) -> SyncResult:
+    def finish(self) -> SyncResult:
         start = time.perf_counter()
-        replies = self._exchange(learner, BYE, state=self.world.is_root)
+        replies, update = self._exchange(BYE, state=self.world.is_root)
         self._finished = True
-        res = self._result(replies, time.perf_counter() - start)
+        res = self._result(replies, update, time.perf_counter() - start)
         self.world.lost = int(res.rows["servers"][0]["lost"])
         return res
 
@@ -100,15 +100,13 @@ class PsSync(LocalSync):
             self.world.barrier()
             self._job.barrier()
 
-    def _exchange(self, learner: Learner, kind: int, grad: np.ndarray | None = None,
+    def _exchange(self, kind: int, grad: np.ndarray | None = None,
                   extras: np.ndarray | None = None, state: bool = False,
-                  finite: bool = True) -> list[np.ndarray]:
+                  finite: bool = True) -> tuple[list[np.ndarray], Update]:
         """Send to every server, take back its weight slice (and Adam moments), all slices of
-        one version by the sequencing of server 0; the learner ends on those weights."""
+        one version by the sequencing of server 0: the servers' replies, and those weights."""
         comm, layout = self._comm, self._layout
-        bounds = layout.bounds(learner.num_params)
-        if self._weights is None:
-            self._weights = np.empty(learner.num_params, np.float32)
+        bounds = layout.bounds(self._weights.size)
         moments = [np.empty_like(self._weights) for _ in range(2)] if state else []
         replies = [np.empty(STATUS.size + interval_schema(layout.workers, self._extras).size)
                    for _ in bounds]
@@ -138,17 +136,14 @@ class PsSync(LocalSync):
         if len(versions) != 1:
             raise RuntimeError(f"parameter servers answered with versions {sorted(versions)}")
         self._version = versions.pop()
-        learner.set_weights(self._weights)
-        if state:
-            set_flat_moments(learner.optimizer, int(STATUS.get(replies[0], "iterations")),
-                             *moments)
-        return replies
+        adam = AdamMoments(int(STATUS.get(replies[0], "iterations")), *moments) if state else None
+        return replies, Update(weights=self._weights, moments=adam)
 
-    def _result(self, replies: list[np.ndarray], seconds: float) -> SyncResult:
+    def _result(self, replies: list[np.ndarray], update: Update, seconds: float) -> SyncResult:
         part = interval_schema(self._layout.workers, self._extras).unpack(replies[0][STATUS.size:])
         contributors = int(part["contributors"])
         return SyncResult(
-            part["extras"].astype(np.float32), contributors, seconds, int(part["dropped"]),
+            part["extras"].astype(np.float32), contributors, seconds, update, int(part["dropped"]),
             part["staleness"] / contributors if contributors else 0.0,
             reports=part["reports"].astype(np.int64), applied=part["applied"].astype(np.int64),
             rows={"servers": [{"server": s, **STATUS.unpack(r)} for s, r in enumerate(replies)]})

@@ -5,23 +5,32 @@ channel is a small float vector summed across ranks in the same collective (fram
 stop requests, per-rank timings), so control decisions cost no extra round trip.
 `Sync` is all the trainer knows of a backend; parameter-server mode (ddrl/distributed/ps*.py)
 implements it on its worker ranks, and its server ranks run their own loop instead.
+
+A backend never touches the learner: it returns an `Update` (a mean gradient, or weights and
+Adam state computed elsewhere) and the trainer applies it, in one place.
 """
 from __future__ import annotations
 
-import math
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from ddrl.config import Config
-from ddrl.distributed.waiting import RollCall, Watchdog, wait_all
 from ddrl.distributed.world import World
-from ddrl.errors import DdrlError
 
-if TYPE_CHECKING:  # the learner brings TensorFlow, which check_world must not wait for
-    from ddrl.node.learner import Learner
+if TYPE_CHECKING:  # ddrl.optim brings TensorFlow, which check_world must not wait for
+    from ddrl.optim import AdamMoments
+
+
+@dataclass
+class Update:
+    """What the trainer applies to its learner after a sync: the mean of the contributors'
+    gradients (every rank then runs the same Adam step), or the weights, and Adam's state
+    when asked for, that the parameter servers computed. Nothing when a non-finite gradient
+    was dropped. Arrays may be the backend's buffers: apply before the next sync call."""
+    gradient: np.ndarray | None = None
+    weights: np.ndarray | None = None
+    moments: AdamMoments | None = None
 
 
 @dataclass
@@ -31,10 +40,11 @@ class SyncResult:
     dropped in that interval. Per trainer rank, `reports` counts the steps summed into its
     part of `extras` and `applied` its gradients applied (None: one each, as in an
     all-reduce). `rows` is the backend's own telemetry for the run log: table -> rows.
-    `finite` False: the summed gradient held NaN or Inf and no rank applied it."""
+    `finite` False: the summed gradient held NaN or Inf and no rank applies it."""
     extras: np.ndarray
     contributors: int
     seconds: float
+    update: Update = field(default_factory=Update)
     dropped: int = 0
     staleness: float = 0.0
     reports: np.ndarray | None = None
@@ -43,14 +53,13 @@ class SyncResult:
     finite: bool = True
 
 
-def apply_if_finite(learner: Learner, mean_grad: np.ndarray, extras: np.ndarray, ranks: int,
-                    seconds: float) -> SyncResult:
+def mean_gradient(mean_grad: np.ndarray, extras: np.ndarray, ranks: int,
+                  seconds: float) -> SyncResult:
     """One NaN or Inf on any rank makes the sum non-finite, so every rank sees the same sum
     and drops the same update: the weights and Adam state never take it in."""
     if not np.isfinite(mean_grad).all():
         return SyncResult(extras, 0, seconds, dropped=ranks, finite=False)
-    learner.apply(mean_grad)
-    return SyncResult(extras, ranks, seconds)
+    return SyncResult(extras, ranks, seconds, Update(gradient=mean_grad))
 
 
 class Sync(Protocol):
@@ -60,19 +69,18 @@ class Sync(Protocol):
     # The ranks that run the trainer loop, as one world of their own.
     world: World
 
-    @property
-    def workers(self) -> int: ...
-
     def broadcast(self, array: np.ndarray) -> np.ndarray:
         """Rank 0's array on every rank of the job."""
 
-    def update(self, learner: Learner, grad: np.ndarray, extras: np.ndarray) -> SyncResult:
-        """Send this rank's gradient and side channel; the learner ends on the new weights."""
+    def update(self, grad: np.ndarray, extras: np.ndarray) -> SyncResult:
+        """Send this rank's gradient and side channel; the result's `update` makes the
+        learner's next weights."""
 
-    def pull_state(self, learner: Learner) -> None:
-        """Make the learner's weights and Adam state the current ones, before a checkpoint."""
+    def pull_state(self) -> Update:
+        """What makes the learner's weights and Adam state the current ones, before a
+        checkpoint (nothing where they already are)."""
 
-    def finish(self, learner: Learner) -> SyncResult | None:
+    def finish(self) -> SyncResult | None:
         """The last exchange, once this rank has left the update loop."""
 
     def close(self) -> None: ...
@@ -92,130 +100,17 @@ class LocalSync:
     def __init__(self, world: World):
         self.world = world
 
-    @property
-    def workers(self) -> int:
-        return self.world.size
-
     def broadcast(self, array: np.ndarray) -> np.ndarray:
         return array
 
-    def update(self, learner: Learner, grad: np.ndarray, extras: np.ndarray) -> SyncResult:
-        return apply_if_finite(learner, grad, extras, 1, 0.0)
+    def update(self, grad: np.ndarray, extras: np.ndarray) -> SyncResult:
+        return mean_gradient(grad, extras, 1, 0.0)
 
-    def pull_state(self, learner: Learner) -> None:
-        pass
+    def pull_state(self) -> Update:
+        return Update()
 
-    def finish(self, learner: Learner) -> SyncResult | None:
+    def finish(self) -> SyncResult | None:
         return None
 
     def close(self) -> None:
         pass
-
-
-class MpiAllreduceSync(LocalSync):
-    """mpi4py buffer Allreduce, in place, on one float32 buffer: gradient then side channel.
-
-    Open MPI's blocking collectives busy-poll, so a rank waiting for a slower one would take
-    a core from the simulators beside it. Each all-reduce therefore first waits for all ranks
-    to arrive at a nonblocking barrier, polled with growing sleeps, and only then runs the
-    fast blocking Allreduce (a nonblocking Iallreduce polled the same way was 1.3-2.5x slower:
-    it progresses only while it is tested)."""
-
-    name = "mpi"
-
-    def __init__(self, world: World, timeout: float):
-        super().__init__(world)
-        self._buf: np.ndarray | None = None
-        self._calls = 0
-        # A rank that never joins (frozen, or its node lost without the launcher noticing)
-        # would hold the others in the all-reduce forever.
-        self._watchdog = Watchdog(timeout, lambda silent: (
-            f"rank {world.rank} waited {timeout:g} s (sync.timeout) in all-reduce {self._calls} "
-            f"for {_ranks(silent)}: frozen or lost; ending the job"),
-            RollCall(world.comm, grace=min(30.0, max(5.0, timeout / 10))))
-
-    def broadcast(self, array: np.ndarray) -> np.ndarray:
-        return bcast(self.world.comm, array)
-
-    def allreduce_sum(self, buf: np.ndarray) -> None:
-        from mpi4py import MPI
-
-        comm = self.world.comm
-        wait_all([comm.Ibarrier()], math.inf, spin=2e-3)
-        comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-
-    def update(self, learner: Learner, grad: np.ndarray, extras: np.ndarray) -> SyncResult:
-        n = grad.size
-        if self._buf is None or self._buf.size != n + extras.size:
-            self._buf = np.empty(n + extras.size, np.float32)
-        self._buf[:n] = grad
-        self._buf[n:] = extras
-        start = time.perf_counter()
-        self._calls += 1
-        with self._watchdog:
-            self.allreduce_sum(self._buf)
-        seconds = time.perf_counter() - start
-        return apply_if_finite(learner, self._buf[:n] / self.world.size, self._buf[n:].copy(),
-                               self.world.size, seconds)
-
-
-def _ranks(ranks: list[int] | None) -> str:
-    if ranks is None:
-        return "the other rank(s)"
-    if not ranks:
-        return "the others, all waiting too (the network between them?)"
-    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}, which never joined"
-
-
-class HorovodSync(MpiAllreduceSync):
-    """Horovod's ring all-reduce on the same fused buffer (one tensor, so one fused op)."""
-
-    name = "horovod"
-
-    def __init__(self, world: World, timeout: float):
-        super().__init__(world, timeout)
-        try:
-            import horovod.tensorflow as hvd
-        except ImportError as exc:
-            raise DdrlError(f"sync.backend = 'horovod' but Horovod is not importable ({exc}); "
-                            "run `make setup` or use sync.backend = 'mpi'") from None
-        hvd.init()
-        if hvd.size() != world.size:
-            raise DdrlError(f"Horovod sees {hvd.size()} ranks but MPI sees {world.size}")
-        self._hvd = hvd
-
-    def allreduce_sum(self, buf: np.ndarray) -> None:
-        import tensorflow as tf
-
-        buf[:] = self._hvd.allreduce(tf.constant(buf), op=self._hvd.Sum, name="ddrl_grad").numpy()
-
-    def close(self) -> None:
-        self._hvd.shutdown()
-
-
-def check_world(cfg: Config, world_size: int) -> None:
-    """The sync options against the world size: every rank reaches the same verdict, before
-    TensorFlow or the simulators start."""
-    if cfg.sync.mode == "ps":
-        from ddrl.distributed.ps import check
-
-        check(cfg, world_size)
-        return
-    if cfg.sync.aggregate != 1 or cfg.sync.async_:
-        # A collective completes only when every rank has joined it and cannot be cancelled,
-        # so neither leaving out late ranks nor applying early ones fits an all-reduce.
-        raise DdrlError("sync.aggregate != 1 (k-of-n) and sync.async = true need sync.mode = 'ps'")
-    if world_size > 1 and cfg.sync.backend == "none":
-        raise DdrlError(f"{world_size} ranks but sync.backend = 'none': use 'mpi' or 'horovod'")
-
-
-def make_sync(cfg: Config, world: World) -> Sync:
-    """The backend of a rank that runs the trainer loop (in PS mode, a worker rank), once
-    `check_world` has passed."""
-    if cfg.sync.mode == "ps":
-        from ddrl.distributed.ps_worker import PsSync
-
-        return PsSync(cfg, world)
-    if world.size == 1:
-        return LocalSync(world)
-    return {"mpi": MpiAllreduceSync, "horovod": HorovodSync}[cfg.sync.backend](world, cfg.sync.timeout)

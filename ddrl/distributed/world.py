@@ -22,7 +22,9 @@ class World:
     size: int = 1
     local_rank: int = 0
     local_size: int = 1
-    nodes: int = 1
+    # Machines the ranks run on (Slurm calls them nodes; in ddrl a "node" is one rank's
+    # actors and learner, as in the paper).
+    hosts: int = 1
     comm: Any = None
 
     @property

@@ -213,7 +213,7 @@ def test_vtrace_and_appo_targets():
     mu = np.log(RNG.uniform(0.05, 1, rewards.shape)).astype(np.float32)
     pi = np.log(RNG.uniform(0.05, 1, rewards.shape)).astype(np.float32)
     r = Rollout(rewards, dones, values, mu, bootstrap, pi)
-    vs, q, rho = vtrace(rewards, dones, values, bootstrap, mu, pi, cfg.node.gamma, 1.0, 1.0)
+    vs, q, rho = vtrace(rewards, dones, values, bootstrap, mu, pi, cfg.algo.gamma, 1.0, 1.0)
     v = VTrace(cfg).targets(r)
     np.testing.assert_allclose(v["returns"], vs)
     np.testing.assert_allclose(v["advantages"], rho * (q - values), rtol=1e-6)

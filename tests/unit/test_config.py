@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ddrl.config import load_config
+from ddrl.config import Config, load_config
 from ddrl.errors import DdrlError
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
@@ -58,9 +58,9 @@ def test_ba3c_minibatches_must_fit_its_batch():
 @pytest.mark.parametrize("override, message", [
     ("node.mode=a2c", "config keys algo.name and node.mode"),
     ("sync.mode=ps", "config key sync.mode: DQN sums every minibatch gradient"),
-    ("algo.target_period=10001", "config key algo.target_period: 10001 is not a multiple"),
-    ("algo.replay_frames=50", "config key algo.replay_frames: 50 frames cannot hold 8 samplers"),
-    ("algo.samplers=0", "config key algo.samplers: 0 is out of range"),
+    ("dqn.target_period=10001", "config key dqn.target_period: 10001 is not a multiple"),
+    ("dqn.replay_frames=50", "config key dqn.replay_frames: 50 frames cannot hold 8 samplers"),
+    ("dqn.samplers=0", "config key dqn.samplers: 0 is out of range"),
 ])
 def test_dqn_refuses_what_cannot_work(override, message):
     with pytest.raises(DdrlError, match=re.escape(message)):
@@ -101,3 +101,47 @@ def test_runs_compare_a_key_an_older_log_lacks_at_its_default():
     assert config_differences([old, new]) == ["run.seed"]
     new.config["algo"]["rho_clip"] = 2.0
     assert config_differences([old, new]) == ["algo.rho_clip", "run.seed"]
+
+
+def test_algo_dqn_alone_chooses_the_dqn_node():
+    cfg = load_config(None, ["env.id=CartPole-v1", "model.arch=mlp", "algo.name=dqn"])
+    assert cfg.node.mode == "dqn"
+    cfg = load_config(None, ["env.id=CartPole-v1", "model.arch=mlp", "node.mode=dqn"])
+    assert cfg.algo.name == "dqn"
+
+
+def test_renamed_keys_still_work_with_one_note_each(tmp_path):
+    old = tmp_path / "old.toml"
+    old.write_text(JOBS.joinpath("pong-ppo.toml").read_text()
+                   .replace("ratio_clip = 0.1", "clip = 0.2")
+                   .replace("entropy = 0.01\n", "")
+                   .replace("[optim]\n", "[optim]\nentropy = 0.03\n"))
+    notes = []
+    cfg = load_config(old, ["node.gamma=0.9", "algo.samplers=3"], note=notes.append)
+    assert (cfg.algo.ratio_clip, cfg.algo.entropy, cfg.algo.gamma, cfg.dqn.samplers) == (0.2, 0.03, 0.9, 3)
+    assert notes == [f"ddrl: note: config key {k} is now {v} (the old name still works)"
+                     for k, v in [("algo.clip", "algo.ratio_clip"), ("optim.entropy", "algo.entropy"),
+                                  ("node.gamma", "algo.gamma"), ("algo.samplers", "dqn.samplers")]]
+    assert load_config(JOBS / "pong-ppo.toml", note=notes.append) and len(notes) == 4
+
+
+def test_an_old_logs_renamed_keys_compare_under_their_new_names():
+    from pathlib import Path
+
+    from analysis.load import Run
+    from analysis.summary import config_differences
+
+    old = Run(Path("old"), "old", {"node": {"gamma": 0.9}, "optim": {"clip": 0.1}}, {})
+    new = Run(Path("new"), "new", {"algo": {"gamma": 0.9}, "optim": {"clip_per_tensor": 0.1}}, {})
+    assert old.setting("algo.gamma") == 0.9 and "node.gamma" not in old.flat_config()
+    assert config_differences([old, new]) == []
+
+
+def test_every_key_is_documented_and_every_line_names_a_key():
+    from ddrl.config_docs import DOCS, SECTIONS, reference_markdown
+
+    keys = {f"{sec}.{k}" for sec, body in Config().to_dict().items() for k in body} | {"eval.target"}
+    assert set(DOCS) == keys
+    assert set(SECTIONS) == set(Config().to_dict())
+    page = reference_markdown()
+    assert all(f"| `{k}` |" in page for k in keys) and "| `optim.clip` | `optim.clip_per_tensor` |" in page

@@ -7,12 +7,12 @@ import threading
 import numpy as np
 
 from ddrl import output
+from ddrl.acting.experience import ExperienceFifo, Segment, SegmentBuilder, segments_batch
 from ddrl.algos.actor_critic import A2C, nstep_returns
 from ddrl.algos.batch import Batch, Rollout
 from ddrl.algos.ppo import PPO
 from ddrl.algos.vtrace import VTrace
 from ddrl.config import Config
-from ddrl.node.experience import ExperienceFifo, Segment, SegmentBuilder, segments_batch
 
 
 def batch(lo: int, hi: int) -> Batch:
@@ -66,7 +66,7 @@ def test_segment_ends_at_t_max_or_done():
 
 def test_segments_batch_gives_each_segment_its_own_nstep_returns():
     cfg = Config()
-    cfg.node.gamma = 0.5
+    cfg.algo.gamma = 0.5
     parts = [segment(0, 3), segment(3, 4, done=True), segment(4, 9)]
     out = segments_batch(parts, A2C(cfg), predict=None)
     expect = np.concatenate([
@@ -142,7 +142,7 @@ def test_say_writes_each_line_in_one_write(monkeypatch):
 
 
 def test_progress_rate_counts_only_this_process_frames_after_a_resume(capsys):
-    from ddrl.progress import Progress
+    from ddrl.loop.progress import Progress
 
     now = [100.0]
     progress = Progress(60.0, max_frames=2_000_000, max_minutes=0, start_frames=1_000_000,
@@ -155,7 +155,7 @@ def test_progress_rate_counts_only_this_process_frames_after_a_resume(capsys):
 
 
 def test_the_final_progress_line_gives_the_mean_rate_since_the_start(capsys):
-    from ddrl.progress import Progress
+    from ddrl.loop.progress import Progress
 
     now = [0.0]
     progress = Progress(60.0, max_frames=10_000_000, max_minutes=0, clock=lambda: now[0])

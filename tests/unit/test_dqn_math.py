@@ -6,10 +6,10 @@ import pytest
 import tensorflow as tf
 
 from ddrl import checkpoint
+from ddrl.acting.replay import ReplayMemory
 from ddrl.algos.batch import Rollout
 from ddrl.algos.dqn import DQN, bootstrap_values, epsilon, huber
 from ddrl.config import Config
-from ddrl.node.replay import ReplayMemory
 
 STACK, SIDE = 4, 3
 
@@ -88,7 +88,7 @@ def test_replay_rebuilds_each_observation_and_its_n_step_successor(capacity, ste
             # The observation n steps on is the one the simulator returned then.
             assert np.array_equal(next_obs[i], history[stream][index + n - 1][4])
         assert targets[i] == pytest.approx(
-            reference(history[stream], index, n, Config().node.gamma, boot[i]), rel=1e-5)
+            reference(history[stream], index, n, Config().algo.gamma, boot[i]), rel=1e-5)
     # Only what fits is kept: the oldest transitions of a full memory are gone.
     if capacity < steps * 2:
         assert acted_at.min() >= steps - capacity // 2
@@ -111,7 +111,7 @@ def test_double_dqn_takes_the_target_networks_value_of_the_online_argmax():
 
 def test_epsilon_anneals_linearly_then_stays():
     cfg = Config()
-    cfg.algo.eps_start, cfg.algo.eps_final, cfg.algo.eps_steps = 1.0, 0.1, 1000
+    cfg.dqn.eps_start, cfg.dqn.eps_final, cfg.dqn.eps_steps = 1.0, 0.1, 1000
     assert [epsilon(cfg, s) for s in (0, 500, 1000, 5000)] == pytest.approx([1.0, 0.55, 0.1, 0.1])
 
 
@@ -125,7 +125,7 @@ def test_huber_is_quadratic_inside_one_and_has_gradients_clipped_to_one():
 
 
 def test_a_restored_memory_samples_no_chain_across_the_restart(tmp_path):
-    """Saved, read back and restored (`algo.save_replay`); the simulators then start new
+    """Saved, read back and restored (`dqn.save_replay`); the simulators then start new
     games with no done in between, so no sampled n-step chain may run from an old game
     into a new one."""
     n, steps, more = 3, 300, 50
@@ -165,4 +165,4 @@ def test_a_restored_memory_samples_no_chain_across_the_restart(tmp_path):
         if not any(history[index + k][3] for k in range(n)):
             assert np.array_equal(next_obs[i], history[index + n - 1][4])
         assert targets[i] == pytest.approx(
-            reference(history, index, n, Config().node.gamma, 0.0), rel=1e-5, abs=1e-6)
+            reference(history, index, n, Config().algo.gamma, 0.0), rel=1e-5, abs=1e-6)

@@ -7,7 +7,7 @@ import pytest
 
 from ddrl.distributed import ps
 from ddrl.distributed.schema import Schema
-from ddrl.node.trainer import RANK_FIELDS, ROOT_STOPS, side_channel
+from ddrl.loop.bookkeeping import RANK_FIELDS, ROOT_STOPS, side_channel
 
 
 def test_schema_round_trip_scalars_and_blocks():

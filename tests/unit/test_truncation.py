@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ddrl.acting.base import Actors
 from ddrl.config import load_config
 from ddrl.envs import env_spec, make_pool
-from ddrl.node.base import Node
-from ddrl.node.learner import Learner
+from ddrl.learner import Learner
 
 
 def run_until_done(pool, steps: int):
@@ -41,7 +41,7 @@ def test_truncated_games_bring_their_last_observation(job, cap):
 def test_node_adds_the_discounted_value_of_the_last_observation():
     cfg = load_config("jobs/pong-ppo.toml", ["env.decorrelate=0", "env.max_episode_frames=400"])
     learner = Learner(cfg, *env_spec(cfg))
-    node = Node(cfg, learner, rank=0, restart=0)
+    node = Actors(cfg, learner, rank=0, restart=0)
     pool = make_pool(cfg, 2, seed=2, train=True)
     try:
         step = run_until_done(pool, 200)
@@ -51,7 +51,7 @@ def test_node_adds_the_discounted_value_of_the_last_observation():
     step.final_obs = step.final_obs[:1]
     reward = node.bootstrap_truncated(step)
     value = learner.predict(step.final_obs)[1][0]
-    np.testing.assert_allclose(reward, step.reward + np.array([cfg.node.gamma * value, 0.0]),
+    np.testing.assert_allclose(reward, step.reward + np.array([cfg.algo.gamma * value, 0.0]),
                                rtol=1e-6)
     order = np.array([1, 0])
     step.reorder(order)

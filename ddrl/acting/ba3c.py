@@ -16,16 +16,16 @@ import time
 
 import numpy as np
 
+from ddrl.acting.base import Actors
+from ddrl.acting.experience import ExperienceFifo, SegmentBuilder, segments_batch
 from ddrl.algos.base import log_prob
 from ddrl.algos.batch import Batch
 from ddrl.config import Config
 from ddrl.envs import SimPool
-from ddrl.node.base import Node
-from ddrl.node.experience import ExperienceFifo, SegmentBuilder, segments_batch
-from ddrl.node.learner import Learner, sample_actions
+from ddrl.learner import Learner, sample_actions
 
 
-class BA3CNode(Node):
+class BA3CActors(Actors):
     def __init__(self, cfg: Config, learner: Learner, rank: int, restart: int):
         super().__init__(cfg, learner, rank, restart)
         n = cfg.node
@@ -33,7 +33,7 @@ class BA3CNode(Node):
         capacity = n.queue_size or 4 * n.batch_size
         self.fifo = ExperienceFifo(math.ceil(capacity / n.t_max), self._stop)
         self.pools: list[SimPool] = [
-            self.make_pool(f"sim{g}", len(members), _inference_batch(cfg, len(members)))
+            self.make_pool(f"sim{g}", len(members), inference_batch(cfg, len(members)))
             for g, members in enumerate(np.array_split(np.arange(n.n_sim), n.predictors))]
         self._threads = [threading.Thread(target=self._predictor, args=(g, pool), daemon=True,
                                           name=f"predictor-{g}")
@@ -42,11 +42,6 @@ class BA3CNode(Node):
         self._minibatch_rng = self.rng("minibatches")
         # Minibatches of the last batch still to train on (several with PPO's epochs).
         self._pending: list[Batch] = []
-
-    @staticmethod
-    def batch_sizes(cfg: Config) -> tuple[int, int]:
-        """(inference batch, training batch) of this mode, for benchmarks of the network alone."""
-        return _inference_batch(cfg, -(-cfg.node.n_sim // cfg.node.predictors)), cfg.node.batch_size
 
     def start(self, stopping) -> None:
         for t in self._threads:
@@ -116,7 +111,7 @@ class BA3CNode(Node):
             pool.close()
 
 
-def _inference_batch(cfg: Config, group_size: int) -> int:
+def inference_batch(cfg: Config, group_size: int) -> int:
     # Something must step while a predictor infers: with one predictor, the other half of its
     # group; with several, the other predictors' groups, so whole groups make larger batches
     # (1.1x the node rate with the Nature CNN on 2 cores, measured interleaved).

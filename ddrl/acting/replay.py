@@ -32,7 +32,7 @@ class ReplayMemory:
         self.head = np.zeros(streams, np.int64)
         self.transitions = 0
 
-    # What the memory is: saved and restored whole (`algo.save_replay`).
+    # What the memory is: saved and restored whole (`dqn.save_replay`).
     STATE = ("frames", "actions", "rewards", "dones", "acted_at", "acted", "head")
 
     @property

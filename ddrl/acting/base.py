@@ -1,4 +1,4 @@
-"""What the trainer loop needs from a node, whichever way it gathers experience."""
+"""What the training loop needs from a rank's actors, whichever way they gather experience."""
 from __future__ import annotations
 
 import threading
@@ -10,11 +10,11 @@ import numpy as np
 from ddrl.algos.batch import Batch
 from ddrl.config import Config
 from ddrl.envs import Step, make_pool
-from ddrl.node.learner import Learner
+from ddrl.learner import Learner
 from ddrl.seeding import derive_seed, rng
 
 
-class Node:
+class Actors:
     """Counters are cumulative; the trainer logs their differences per update."""
 
     def __init__(self, cfg: Config, learner: Learner, rank: int, restart: int):
@@ -50,7 +50,7 @@ class Node:
             return step.reward
         reward = step.reward.copy()
         predict = predict or self.learner.predict
-        reward[step.truncated] += self.cfg.node.gamma * predict(step.final_obs)[1]
+        reward[step.truncated] += self.cfg.algo.gamma * predict(step.final_obs)[1]
         return reward
 
     def record(self, frames: int, episodes: list[tuple[int, float, int]]) -> None:

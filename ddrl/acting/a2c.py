@@ -16,15 +16,15 @@ import time
 
 import numpy as np
 
+from ddrl.acting.base import Actors
 from ddrl.algos.base import log_prob
 from ddrl.algos.batch import Batch, Rollout
 from ddrl.config import Config
 from ddrl.envs import SimPool, Step
-from ddrl.node.base import Node
-from ddrl.node.learner import Learner, sample_actions
+from ddrl.learner import Learner, sample_actions
 
 
-class A2CNode(Node):
+class A2CActors(Actors):
     def __init__(self, cfg: Config, learner: Learner, rank: int, restart: int):
         super().__init__(cfg, learner, rank, restart)
         groups = np.array_split(np.arange(cfg.node.n_sim), min(2, cfg.node.n_sim))
@@ -44,11 +44,6 @@ class A2CNode(Node):
         self._pending: list[Batch] = []
         for g in range(len(groups)):
             self._act(g, self._recv(g).obs)
-
-    @staticmethod
-    def batch_sizes(cfg: Config) -> tuple[int, int]:
-        """(inference batch, training batch) of this mode, for benchmarks of the network alone."""
-        return -(-cfg.node.n_sim // min(2, cfg.node.n_sim)), cfg.node.t_max * cfg.node.n_sim
 
     def _recv(self, group: int) -> Step:
         pool = self.pools[group]

@@ -13,7 +13,7 @@ from ddrl.algos.actor_critic import clip_by_average_norm
 from ddrl.algos.batch import Batch
 from ddrl.config import Config
 from ddrl.models import build_model
-from ddrl.optim import make_optimizer, scheduled_lr
+from ddrl.optim import AdamMoments, get_moments, make_optimizer, scheduled_lr, set_moments
 from ddrl.output import quiet_first_call
 
 
@@ -58,8 +58,8 @@ class Learner:
             loss, stats = self.algo.loss(logits, values, actions, dict(zip(self.algo.fields, targets)))
         grads = tape.gradient(loss, self.variables)
         stats["grad_norm"] = tf.linalg.global_norm(grads)
-        if o.clip > 0:
-            grads = [clip_by_average_norm(g, o.clip) for g in grads]
+        if o.clip_per_tensor > 0:
+            grads = [clip_by_average_norm(g, o.clip_per_tensor) for g in grads]
         if o.max_grad_norm > 0:
             grads, _ = tf.clip_by_global_norm(grads, o.max_grad_norm, use_norm=stats["grad_norm"])
         flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in grads], axis=0)
@@ -115,6 +115,12 @@ class Learner:
         with the job's broadcast."""
         self.set_weights(broadcast(self.get_weights()))
         self.set_optimizer_state([broadcast(a) for a in self.get_optimizer_state()])
+
+    def get_moments(self) -> AdamMoments:
+        return get_moments(self.optimizer)
+
+    def set_moments(self, state: AdamMoments) -> None:
+        set_moments(self.optimizer, state)
 
     def get_optimizer_state(self) -> list[np.ndarray]:
         return [v.numpy() for v in self.optimizer.variables]

@@ -1,8 +1,8 @@
 """DQN's node: epsilon-greedy samplers, a replay memory, a target network, and the two
 techniques of the concurrent-DQN paper (papers/dqn-concurrent-synchronized.txt) as options.
 
-Standard (algo.concurrent = false): the samplers act with the learner's current weights, and
-every algo.train_period agent steps the trainer takes one minibatch; every algo.target_period
+Standard (dqn.concurrent = false): the samplers act with the learner's current weights, and
+every dqn.train_period agent steps the trainer takes one minibatch; every dqn.target_period
 steps the target network takes the learner's weights.
 
 Concurrent: at each target update a sampler thread starts on the next target_period steps,
@@ -11,7 +11,7 @@ minibatches of the memory as it was; the sampler's experience waits in a buffer 
 the memory only when both are done (the paper's Algorithm 1). Every period thus trains on the
 same data and acts with the same weights whatever the threads' timing, so runs reproduce.
 
-Synchronized (algo.synchronized = true): the algo.samplers simulators step in lock-step in
+Synchronized (dqn.synchronized = true): the dqn.samplers simulators step in lock-step in
 one vector env, one batched inference per step; otherwise each has a thread of its own that
 infers alone. One "round" steps every simulator once.
 """
@@ -28,14 +28,14 @@ from typing import Callable
 import numpy as np
 
 from ddrl import checkpoint
+from ddrl.acting.base import Actors
+from ddrl.acting.replay import ReplayMemory
 from ddrl.algos.batch import Batch, Rollout
 from ddrl.algos.dqn import bootstrap_values, epsilon
 from ddrl.config import Config
 from ddrl.envs import SimPool
 from ddrl.errors import DdrlError
-from ddrl.node.base import Node
-from ddrl.node.learner import Learner
-from ddrl.node.replay import ReplayMemory
+from ddrl.learner import Learner
 from ddrl.output import say
 
 Predict = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -62,10 +62,10 @@ class Experience:
 class Samplers:
     """The node's simulators, each a stream of the replay memory."""
 
-    def __init__(self, node: Node, cfg: Config):
-        w = cfg.algo.samplers
+    def __init__(self, node: Actors, cfg: Config):
+        w = cfg.dqn.samplers
         self._node = node
-        synchronized = cfg.algo.synchronized or w == 1
+        synchronized = cfg.dqn.synchronized or w == 1
         if synchronized:
             self._pools = [node.make_pool("sampler", w)]
         else:
@@ -140,10 +140,10 @@ class Samplers:
             pool.close()
 
 
-class DQNNode(Node):
+class DQNActors(Actors):
     def __init__(self, cfg: Config, learner: Learner, rank: int, restart: int):
         super().__init__(cfg, learner, rank, restart)
-        a = cfg.algo
+        a = cfg.dqn
         self.samplers = Samplers(self, cfg)
         self.memory = ReplayMemory(a.replay_frames, self.samplers.size, self.samplers.obs_shape,
                                    self.samplers.obs_dtype, stacked=cfg.is_atari)
@@ -162,11 +162,6 @@ class DQNNode(Node):
         self._sampler: threading.Thread | None = None
         self._pending = Experience()
 
-    @staticmethod
-    def batch_sizes(cfg: Config) -> tuple[int, int]:
-        """(inference batch, training batch) of this mode, for benchmarks of the network alone."""
-        return (cfg.algo.samplers if cfg.algo.synchronized else 1), cfg.node.batch_size
-
     def start(self, stopping) -> None:
         """Prepopulation with uniformly random actions; at least n + 1 rounds, so that every
         stream has a transition with its n following steps. A stop signal cuts it short
@@ -176,7 +171,7 @@ class DQNNode(Node):
         self.memory.begin(*self.samplers.first)
         if self._restored:
             return
-        a = self.cfg.algo
+        a = self.cfg.dqn
         rounds = max(math.ceil(max(a.prepopulate, self.cfg.node.batch_size) / self.samplers.size),
                      a.n_step + 1)
         # In chunks: a buffered step holds whole observation stacks, four times what the
@@ -193,7 +188,7 @@ class DQNNode(Node):
     def save_state(self, directory: Path, update: int) -> None:
         """The memory as it is after `close()`; steps a concurrent sampler had not yet
         flushed into it (at most one target period) are not in it."""
-        if not self.cfg.algo.save_replay:
+        if not self.cfg.dqn.save_replay:
             return
         t0 = time.perf_counter()
         checkpoint.write_arrays(self._replay_path(directory), {
@@ -204,7 +199,7 @@ class DQNNode(Node):
                 f"{self.memory.nbytes / 2**30:.2f} GiB per rank in {time.perf_counter() - t0:.1f} s")
 
     def restore_state(self, directory: Path, update: int) -> None:
-        if not self.cfg.algo.save_replay:
+        if not self.cfg.dqn.save_replay:
             return
         path = self._replay_path(directory)
         try:
@@ -213,7 +208,7 @@ class DQNNode(Node):
             if saved_update != update:
                 raise ValueError(f"it is of update {saved_update}, the checkpoint "
                                  f"of update {update} (a periodic one, after a failure)")
-            self.memory.restore(saved, self.cfg.algo.n_step)
+            self.memory.restore(saved, self.cfg.dqn.n_step)
         except (DdrlError, ValueError) as exc:
             say(f"[ddrl] rank {self.rank}: replay memory not restored ({exc}): prepopulating "
                 "a new one", err=True)
@@ -233,17 +228,17 @@ class DQNNode(Node):
             self.t_predict += exp.t_predict
 
     def _epsilon(self) -> float:
-        return epsilon(self.cfg, self.update * self.cfg.algo.train_period)
+        return epsilon(self.cfg, self.update * self.cfg.dqn.train_period)
 
     def next_batch(self) -> Batch:
-        if self.cfg.algo.concurrent:
+        if self.cfg.dqn.concurrent:
             self._concurrent_period()
         else:
             self._standard_steps()
         return self._minibatch()
 
     def _standard_steps(self) -> None:
-        a, w = self.cfg.algo, self.samplers.size
+        a, w = self.cfg.dqn, self.samplers.size
         while self._credit < a.train_period:
             self._store(self.samplers.collect(1, self.learner.predict, self._epsilon(), self.update))
             self._credit += w
@@ -254,7 +249,7 @@ class DQNNode(Node):
             self.target.load(self.learner.get_weights())
 
     def _concurrent_period(self) -> None:
-        a = self.cfg.algo
+        a = self.cfg.dqn
         self._left -= 1
         if self._left >= 0:
             return
@@ -274,7 +269,7 @@ class DQNNode(Node):
         self._left = a.target_period // a.train_period - 1
 
     def _minibatch(self) -> Batch:
-        a = self.cfg.algo
+        a = self.cfg.dqn
         t0 = time.perf_counter()
         obs, actions, rewards, dones, next_obs, acted_at = self.memory.sample(
             self.cfg.node.batch_size, a.n_step, self._rng)

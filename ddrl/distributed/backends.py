@@ -1,0 +1,41 @@
+"""Which sync backend a job gets, checked against the world before anything heavy starts."""
+from __future__ import annotations
+
+from ddrl.config import Config
+from ddrl.distributed.ps import Layout, check
+from ddrl.distributed.sync import LocalSync, Sync
+from ddrl.distributed.world import World
+from ddrl.errors import DdrlError
+
+
+def check_world(cfg: Config, world_size: int) -> None:
+    """The sync options against the world size: every rank reaches the same verdict, before
+    TensorFlow or the simulators start."""
+    if cfg.sync.mode == "ps":
+        check(cfg, world_size)
+        return
+    if cfg.sync.aggregate != 1 or cfg.sync.async_:
+        # A collective completes only when every rank has joined it and cannot be cancelled,
+        # so neither leaving out late ranks nor applying early ones fits an all-reduce.
+        raise DdrlError("sync.aggregate != 1 (k-of-n) and sync.async = true need sync.mode = 'ps'")
+    if world_size > 1 and cfg.sync.backend == "none":
+        raise DdrlError(f"{world_size} ranks but sync.backend = 'none': use 'mpi' or 'horovod'")
+
+
+def trainer_ranks(cfg: Config, world_size: int) -> int:
+    """The ranks that compute gradients (the learning rate scales with them)."""
+    return Layout.of(cfg.sync.ps, world_size).workers if cfg.sync.mode == "ps" else world_size
+
+
+def make_sync(cfg: Config, world: World, num_params: int) -> Sync:
+    """The backend of a rank that runs the trainer loop (in PS mode, a worker rank), once
+    `check_world` has passed."""
+    if cfg.sync.mode == "ps":
+        from ddrl.distributed.ps_worker import PsSync
+
+        return PsSync(cfg, world, num_params)
+    if world.size == 1:
+        return LocalSync(world)
+    from ddrl.distributed.allreduce import HorovodSync, MpiAllreduceSync
+
+    return {"mpi": MpiAllreduceSync, "horovod": HorovodSync}[cfg.sync.backend](world, cfg.sync.timeout)

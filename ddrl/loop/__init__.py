@@ -1,0 +1,3 @@
+"""The job's training loop (`trainer.py`), its state between updates (`bookkeeping.py`), the
+background evaluator, the progress line and the injected faults of the straggler and fault
+tests."""

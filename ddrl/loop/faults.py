@@ -1,0 +1,23 @@
+"""Faults injected on purpose (`debug.*`): the stragglers benchmark slows a rank, the fault
+tests freeze one. Nothing here runs unless a job asks for it."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from ddrl.config import Config
+
+
+class Faults:
+    def __init__(self, cfg: Config, rank: int):
+        d = cfg.debug
+        self._slow_factor = d.slow_factor if rank in d.slow_ranks and d.slow_factor > 1 else 1.0
+        self._freeze_at = d.freeze_update if rank == d.freeze_rank else None
+
+    def after_gradients(self, update: int, seconds: float) -> None:
+        """`seconds`: this update's batch and gradients, stretched `slow_factor` times."""
+        if self._slow_factor > 1:
+            time.sleep((self._slow_factor - 1) * seconds)
+        if update == self._freeze_at:
+            os.kill(os.getpid(), signal.SIGSTOP)

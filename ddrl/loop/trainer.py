@@ -1,0 +1,292 @@
+"""The update loop every rank runs: batch -> gradients -> sync -> apply -> account -> stop?,
+with rank 0 also logging, evaluating and checkpointing.
+
+Control decisions travel in the gradient collective's side channel (`side_channel`), so all
+ranks stop after the same update for the same reason.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from ddrl import checkpoint
+from ddrl.acting.base import Actors
+from ddrl.algos.batch import Batch
+from ddrl.config import Config
+from ddrl.distributed.sync import Sync, SyncResult, Update
+from ddrl.distributed.world import World
+from ddrl.learner import Learner
+from ddrl.log import RunLog
+from ddrl.loop.bookkeeping import (
+    NONFINITE_LIMIT,
+    RANK_FIELDS,
+    ROOT_STOPS,
+    ActorTally,
+    Counters,
+    Step,
+    Window,
+    side_channel,
+    stop_reason,
+)
+from ddrl.loop.evaluator import BackgroundEvaluator, EvalDone, evaluate
+from ddrl.loop.faults import Faults
+from ddrl.loop.progress import Progress
+from ddrl.output import say
+from ddrl.seeding import derive_seed
+from ddrl.signals import StopSignals
+
+EXIT_SIGNALLED = 3
+EXIT_NONFINITE = 5
+
+
+class Trainer:
+    def __init__(self, cfg: Config, world: World, learner: Learner, actors: Actors, sync: Sync,
+                 run_dir: Path, counters: Counters, log: RunLog | None,
+                 evaluator: BackgroundEvaluator | None):
+        self.cfg, self.world, self.learner, self.actors, self.sync = cfg, world, learner, actors, sync
+        self.run_dir = run_dir
+        self.counters = counters
+        self.log = log
+        self.evaluator = evaluator
+        self.progress = Progress(cfg.run.progress_seconds, cfg.run.max_frames, cfg.run.max_minutes,
+                                 start_frames=counters.frames)
+        self._faults = Faults(cfg, world.rank)
+        self._side = side_channel(world.size)
+        self._tally = ActorTally(actors)
+        self._window = Window(start=counters.wall_time)
+        self._t_origin = time.perf_counter() - counters.wall_time
+        self._last_sync = 0.0
+        self._nonfinite_streak = 0
+        self._target_reached = False
+        self._best = checkpoint.best_score(run_dir / "checkpoints") if world.is_root else None
+        self._last_checkpoint = time.monotonic()
+        # Periodic checkpoints are written off the training thread (a large net's .npz takes
+        # seconds on a slow shared filesystem); one at a time, and a failed write surfaces at
+        # the next checkpoint or at the end.
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="ddrl-checkpoint")
+        self._writing: Future | None = None
+
+    def run(self) -> int:
+        with StopSignals() as signals:
+            self.actors.start(lambda: signals.received is not None)
+            reason = None
+            while reason is None:
+                batch, grad, stats, step = self._compute()
+                res = self.sync.update(grad, self._side_channel(signals.received is not None, step))
+                self._apply(res.update)
+                side = self._account(step, res)
+                if self.world.is_root:
+                    self._root_duties(batch, stats, step, res, side["ranks"])
+                reason = stop_reason(side, self._nonfinite_streak, self.counters.frames,
+                                     self.cfg.run.max_frames)
+            # Every rank knows now; its own copy of the signal may still be on the way.
+            signals.job_stopping = reason == "signal"
+        return self._finish(reason)
+
+    def _compute(self) -> tuple[Batch, np.ndarray, dict[str, float], Step]:
+        """The next batch and this rank's gradient on it."""
+        t0 = time.perf_counter()
+        batch = self.actors.next_batch()
+        t1 = time.perf_counter()
+        grad, stats = self.learner.gradients(batch)
+        t_train = time.perf_counter() - t1
+        self._faults.after_gradients(self.counters.update, time.perf_counter() - t0)
+        frames, t_sim, t_predict = self._tally.take()
+        step = Step(len(batch), frames, t_train, t_sim, t_predict,
+                    time.perf_counter() - t0 + self._last_sync, self._last_sync)
+        return batch, grad, stats, step
+
+    def _side_channel(self, signalled: bool, step: Step) -> np.ndarray:
+        extras = self._side.pack(signalled=float(signalled), frames=step.frames)
+        if self.world.is_root:
+            self._side.set(extras, "stop", ROOT_STOPS.index(self._root_stop()))
+        start = len(RANK_FIELDS) * self.world.rank
+        self._side.get(extras, "ranks")[start:start + len(RANK_FIELDS)] = step.rank_figures()
+        return extras
+
+    def _root_stop(self) -> str:
+        """Rank 0 alone evaluates and keeps the clock; frames are global, so all agree on them."""
+        if self._target_reached:
+            return "target"
+        max_minutes = self.cfg.run.max_minutes
+        if max_minutes and self.counters.wall_time >= max_minutes * 60:
+            return "time"
+        return ""
+
+    def _apply(self, update: Update) -> None:
+        """The one place where what a sync backend returns reaches the learner."""
+        if update.gradient is not None:
+            self.learner.apply(update.gradient)
+        if update.weights is not None:
+            self.learner.set_weights(update.weights)
+        if update.moments is not None:
+            self.learner.set_moments(update.moments)
+
+    def _account(self, step: Step, res: SyncResult) -> dict[str, np.ndarray]:
+        """Counters after this update; the side channel's sums over the ranks."""
+        c = self.counters
+        self._nonfinite_streak = 0 if res.finite else self._nonfinite_streak + 1
+        self._last_sync = res.seconds
+        c.update += 1
+        self.actors.update = c.update
+        side = self._side.unpack(res.extras)
+        c.frames += int(round(side["frames"]))
+        self.learner.schedule(c.frames / self.cfg.run.max_frames)
+        c.wall_time = time.perf_counter() - self._t_origin
+        self._window.add(step, res.contributors, res.seconds, res.finite)
+        return side
+
+    def _root_duties(self, batch: Batch, stats: dict[str, float], step: Step, res: SyncResult,
+                     ranks: np.ndarray) -> None:
+        c = self.counters
+        self._log_episodes()
+        if c.update % self.cfg.run.log_every == 0:
+            self._log_update(batch, stats, step, res,
+                             ranks.reshape(self.world.size, len(RANK_FIELDS)))
+        self._poll_eval(wait=False)
+        self._maybe_start_eval()
+        if time.monotonic() - self._last_checkpoint >= self.cfg.run.checkpoint_minutes * 60:
+            self._checkpoint(background=True)
+            self._last_checkpoint = time.monotonic()
+        self.progress.maybe_print(c.frames, c.wall_time, c.update)
+
+    def _log_episodes(self) -> None:
+        c = self.counters
+        for ret, length in self.actors.pop_episodes():
+            # Stamped with the global frame count at this update: the x axis of every curve.
+            self.log.append("episodes", {"rank": 0, "frames": c.frames, "wall_time": c.wall_time,
+                                         "return": ret, "length": length})
+            self.progress.online.append(ret)
+
+    def _log_update(self, batch: Batch, stats: dict[str, float], step: Step, res: SyncResult,
+                    ranks: np.ndarray) -> None:
+        """A `/train` row for the window since the last one, a `/ranks` row per rank."""
+        c = self.counters
+        self.log.append("train", {
+            "update": c.update, "frames": c.frames, "wall_time": c.wall_time,
+            **stats, "lr": self.learner.lr, **self._window.row(c.wall_time),
+            "contributors": res.contributors, "effective_batch": len(batch) * res.contributors,
+            "policy_lag": float(c.update - 1 - batch.acted_at.mean()),
+            "dropped": res.dropped, "staleness": res.staleness,
+            "t_sim": step.t_sim, "t_predict": step.t_predict, "restart": c.restarts})
+        # A rank's figures may sum several of its steps since rank 0's previous update.
+        reports = np.ones(len(ranks)) if res.reports is None else np.maximum(res.reports, 1)
+        contributed = np.ones(len(ranks), int) if res.applied is None else res.applied
+        for r, row in enumerate(ranks):
+            self.log.append("ranks", {"update": c.update, "wall_time": c.wall_time, "rank": r,
+                                      **dict(zip(RANK_FIELDS, row / reports[r])),
+                                      "contributed": contributed[r]})
+        self._log_rows(res)
+        self._window = Window(start=c.wall_time)
+
+    def _maybe_start_eval(self) -> None:
+        c, ev = self.counters, self.evaluator
+        if ev is not None and self.cfg.eval.episodes and c.update % self.cfg.eval.every == 0 \
+                and not ev.busy:
+            ev.start(self.learner.get_weights(), c.update, c.frames, c.wall_time)
+
+    def _poll_eval(self, wait: bool) -> None:
+        done = self.evaluator.poll(wait=wait) if self.evaluator is not None else None
+        if done is not None:
+            self._log_eval(done)
+
+    def _log_eval(self, done: EvalDone) -> None:
+        res = done.result
+        self.log.append("eval", {"update": done.update, "frames": done.frames,
+                                 "wall_time": done.wall_time, "mean_return": res.mean,
+                                 "std_return": res.std, "max_return": res.max,
+                                 "episodes": res.episodes})
+        self.progress.eval_score = res.mean
+        if self._best is None or res.mean > self._best:
+            self._best = res.mean
+            checkpoint.save_best(self.run_dir / "checkpoints", checkpoint.Checkpoint(
+                done.update, done.frames, done.wall_time, self.counters.restarts, done.weights,
+                [], res.mean))
+        target = self.cfg.eval.target
+        if target is not None and res.mean >= target:
+            self._target_reached = True
+
+    def _log_rows(self, res: SyncResult) -> None:
+        """The sync backend's own telemetry, stamped with this update."""
+        for table, rows in res.rows.items():
+            for row in rows:
+                self.log.append(table, {"update": self.counters.update,
+                                        "wall_time": self.counters.wall_time, **row})
+
+    def _checkpoint(self, background: bool = False) -> Path | None:
+        """The new checkpoint (None when written in the background); None also when the
+        weights are no longer finite, so that a diverged run never rotates its good
+        checkpoints out."""
+        self._wait_for_writer()
+        # Rows up to the checkpoint must be on disk first: a resume keeps exactly those.
+        self.log.flush()
+        self._apply(self.sync.pull_state())
+        c = self.counters
+        weights = self.learner.get_weights()
+        if not np.isfinite(weights).all():
+            return None
+        # The copies are taken here, between updates; the writer only writes them.
+        args = (self.run_dir / "checkpoints", checkpoint.Checkpoint(
+            c.update, c.frames, c.wall_time, c.restarts, weights,
+            [a.copy() for a in self.learner.get_optimizer_state()]),
+            self.cfg.run.keep_checkpoints)
+        if background:
+            self._writing = self._writer.submit(checkpoint.save, *args)
+            return None
+        return checkpoint.save(*args)
+
+    def _wait_for_writer(self) -> None:
+        if self._writing is not None:
+            writing, self._writing = self._writing, None
+            writing.result()
+
+    def _finish(self, reason: str) -> int:
+        # First: a backend may wait for the other ranks' last exchange (at most sync.timeout).
+        final = self.sync.finish()
+        if final is not None:
+            self._apply(final.update)
+            if self.world.is_root:
+                self._log_rows(final)
+        self.actors.close()
+        if reason != "nonfinite":
+            # Every rank stops at this update, which the final checkpoint holds.
+            self.actors.save_state(self.run_dir / "checkpoints", self.counters.update)
+        code = {"signal": EXIT_SIGNALLED, "nonfinite": EXIT_NONFINITE}.get(reason, 0)
+        # One line per rank, so anyone can check that all ranks ended with the same weights.
+        digest = hashlib.sha256(self.learner.get_weights().tobytes()).hexdigest()[:16]
+        say(f"[ddrl] rank {self.world.rank} final weights sha256 {digest}")
+        if self.world.is_root:
+            self._finish_root(reason)
+        # No rank exits before rank 0 has saved: launchers kill the job when the first exits.
+        self.world.barrier()
+        return code
+
+    def _finish_root(self, reason: str) -> None:
+        c = self.counters
+        if reason != "signal":
+            self._poll_eval(wait=True)
+        elif self.evaluator is not None:
+            self.evaluator.cancel()
+        if reason in ("frames", "time") and self.cfg.eval.episodes:
+            # A run that ends on its budget gets a score for its last weights.
+            res = evaluate(self.cfg, self.learner, self.cfg.eval.episodes,
+                           derive_seed(self.cfg.run.seed, 0, f"final-eval/{c.update}"))
+            self._log_eval(EvalDone(c.update, c.frames, c.wall_time, res,
+                                    self.learner.get_weights()))
+        path = self._checkpoint()
+        self._writer.shutdown()
+        self.log.close()
+        self.progress.maybe_print(c.frames, c.wall_time, c.update, final=True)
+        if reason == "nonfinite":
+            good = path or checkpoint.latest(self.run_dir / "checkpoints")
+            say(f"ddrl: error: the last {NONFINITE_LIMIT} updates had NaN or Inf gradients, so the "
+                f"optimisation diverged (try a lower optim.lr); none of them was applied; last "
+                f"good checkpoint: {good or 'none (the weights were never finite at a checkpoint)'}",
+                err=True)
+            return
+        say(f"[ddrl] stopped ({reason}) after {c.update} updates, {c.frames:,} frames; "
+            f"log {self.run_dir / 'log.h5'}, checkpoint {path}")

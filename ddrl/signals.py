@@ -1,0 +1,35 @@
+"""Orderly stops: the signals a batch system sends before it ends a job."""
+from __future__ import annotations
+
+import signal
+import threading
+
+
+class StopSignals:
+    """SIGUSR1 (Slurm's pre-timeout warning) and SIGTERM (scancel, preemption) ask for an
+    orderly stop at the next update boundary instead of killing the process mid-write."""
+
+    SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+    def __init__(self):
+        self.received: int | None = None
+        self.job_stopping = False
+        self._previous = {}
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, _frame) -> None:
+        self.received = signum
+
+    def __exit__(self, *exc) -> None:
+        # After a stop request, Slurm often sends a second signal (TERM from scancel plus the
+        # batch script's forwarded USR1): ignore it so it cannot kill the orderly exit. So
+        # also when another rank's signal stopped the job (`job_stopping`): across nodes this
+        # rank's own copy of the signal can arrive after the job has agreed to stop.
+        stopping = self.received is not None or self.job_stopping
+        for sig, handler in self._previous.items():
+            signal.signal(sig, signal.SIG_IGN if stopping else handler)

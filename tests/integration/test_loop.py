@@ -1,0 +1,209 @@
+"""The training loop in process, over a fake learner and fake actors with the real local sync,
+run log and checkpoints: why and where it stops, the non-finite streak, the checkpoint
+cadence, an evaluation that reaches the target. No TensorFlow, no simulators, no MPI."""
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from ddrl import checkpoint
+from ddrl.algos.batch import Batch
+from ddrl.config import load_config
+from ddrl.distributed.sync import LocalSync
+from ddrl.distributed.world import World
+from ddrl.log import RunLog
+from ddrl.loop.bookkeeping import NONFINITE_LIMIT, Counters
+from ddrl.loop.evaluator import EvalDone, EvalResult
+from ddrl.loop.trainer import EXIT_NONFINITE, EXIT_SIGNALLED, Trainer
+
+JOBS = Path(__file__).resolve().parents[2] / "jobs"
+
+PARAMS = 8
+BATCH = 4
+FRAMES_PER_BATCH = 16
+
+
+class FakeLearner:
+    """Plain SGD on a vector; `gradients` hands out what `grads(update)` says."""
+
+    def __init__(self, grads=lambda update: np.ones(PARAMS, np.float32)):
+        self.weights = np.zeros(PARAMS, np.float32)
+        self.applied = 0
+        self.lr = 0.1
+        self._grads = grads
+        self._calls = 0
+
+    def gradients(self, batch: Batch) -> tuple[np.ndarray, dict[str, float]]:
+        self._calls += 1
+        return self._grads(self._calls), {"loss": 1.0, "entropy": 0.5}
+
+    def apply(self, grad: np.ndarray) -> None:
+        self.weights = self.weights - self.lr * grad
+        self.applied += 1
+
+    def schedule(self, progress: float) -> None:
+        pass
+
+    def predict(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Always the first action: the final evaluation's CartPole games end in ~10 steps."""
+        return np.tile([1.0, 0.0], (len(obs), 1)), np.zeros(len(obs))
+
+    def get_weights(self) -> np.ndarray:
+        return self.weights.copy()
+
+    def set_weights(self, flat: np.ndarray) -> None:
+        self.weights = flat.copy()
+
+    def get_optimizer_state(self) -> list[np.ndarray]:
+        return [np.full(PARAMS, self.applied, np.float32)]
+
+
+class FakeActors:
+    """Each batch is FRAMES_PER_BATCH new frames; a finished game every other batch;
+    `on_batch(n)` runs before the n-th batch (n from 1)."""
+
+    def __init__(self, on_batch=lambda n: None):
+        self.frames, self.t_sim, self.t_predict, self.update = 0, 0.0, 0.0, 0
+        self.batches = 0
+        self.closed = False
+        self._on_batch = on_batch
+
+    def start(self, stopping) -> None:
+        self.stopping = stopping
+
+    def next_batch(self) -> Batch:
+        self.batches += 1
+        self._on_batch(self.batches)
+        self.frames += FRAMES_PER_BATCH
+        return Batch(np.zeros((BATCH, 1), np.float32), np.zeros(BATCH, np.int64),
+                     np.full(BATCH, self.update))
+
+    def pop_episodes(self) -> list[tuple[float, int]]:
+        return [(float(self.batches), 10)] if self.batches % 2 == 0 else []
+
+    def close(self) -> None:
+        self.closed = True
+
+    def save_state(self, directory: Path, update: int) -> None:
+        pass
+
+
+class FakeEvaluator:
+    """Finishes an evaluation at once with the score `score(update)`."""
+
+    def __init__(self, score):
+        self._score = score
+        self._done: EvalDone | None = None
+        self.busy = False
+
+    def start(self, weights, update, frames, wall_time) -> None:
+        self._done = EvalDone(update, frames, wall_time,
+                              EvalResult(self._score(update), 0.0, self._score(update), 10), weights)
+
+    def poll(self, wait: bool = False) -> EvalDone | None:
+        out, self._done = self._done, None
+        return out
+
+    def cancel(self) -> None:
+        pass
+
+
+def make_trainer(tmp_path: Path, sets: list[str], learner=None, actors=None, evaluator=None):
+    cfg = load_config(JOBS / "cartpole.toml", ["eval.target=none", "run.progress_seconds=1000",
+                                             *sets])
+    world = World()
+    log = RunLog.create(tmp_path / "log.h5", {"config": cfg.to_json()})
+    trainer = Trainer(cfg, world, learner or FakeLearner(), actors or FakeActors(),
+                      LocalSync(world), tmp_path, Counters(), log, evaluator)
+    return trainer
+
+
+def rows(tmp_path: Path, table: str) -> np.ndarray:
+    with h5py.File(tmp_path / "log.h5", "r") as f:
+        return f[table][:]
+
+
+def test_stops_on_frames_with_a_checkpoint_of_the_last_update(tmp_path):
+    trainer = make_trainer(tmp_path, [f"run.max_frames={10 * FRAMES_PER_BATCH}", "run.log_every=3"])
+    assert trainer.run() == 0
+    assert trainer.counters.update == 10 and trainer.counters.frames == 160
+    assert trainer.learner.applied == 10 and trainer.actors.closed
+    ckpt = checkpoint.load(checkpoint.latest(tmp_path / "checkpoints"))
+    assert (ckpt.update, ckpt.frames) == (10, 160)
+    np.testing.assert_allclose(ckpt.weights, -1.0, rtol=1e-6)
+    train = rows(tmp_path, "train")
+    assert train["update"].tolist() == [3, 6, 9] and (train["loss"] == 1.0).all()
+    assert train["dp_per_s"].min() > 0 and (train["contributors"] == 1).all()
+    assert rows(tmp_path, "episodes")["return"].tolist() == [2, 4, 6, 8, 10]
+    assert rows(tmp_path, "ranks")["frames"].tolist() == [FRAMES_PER_BATCH] * 3
+
+
+def test_a_nonfinite_streak_stops_the_run_and_none_of_it_is_applied(tmp_path):
+    bad_from = 5
+    learner = FakeLearner(lambda n: np.full(PARAMS, np.nan if n >= bad_from else 1.0, np.float32))
+    trainer = make_trainer(tmp_path, ["run.max_frames=100000", "run.log_every=1"], learner=learner)
+    assert trainer.run() == EXIT_NONFINITE
+    assert trainer.counters.update == bad_from - 1 + NONFINITE_LIMIT
+    assert learner.applied == bad_from - 1
+    np.testing.assert_allclose(learner.weights, -0.1 * (bad_from - 1), rtol=1e-6)
+    assert rows(tmp_path, "train")["nonfinite"].sum() == NONFINITE_LIMIT
+
+
+def test_isolated_nonfinite_gradients_are_dropped_and_the_run_goes_on(tmp_path):
+    learner = FakeLearner(lambda n: np.full(PARAMS, np.inf if n % 3 == 0 else 1.0, np.float32))
+    trainer = make_trainer(tmp_path, [f"run.max_frames={12 * FRAMES_PER_BATCH}"], learner=learner)
+    assert trainer.run() == 0
+    assert trainer.counters.update == 12 and learner.applied == 8
+
+
+def test_a_stop_signal_ends_after_that_update_with_its_checkpoint(tmp_path):
+    actors = FakeActors(on_batch=lambda n: os.kill(os.getpid(), signal.SIGUSR1) if n == 7 else None)
+    trainer = make_trainer(tmp_path, ["run.max_frames=100000"], actors=actors)
+    previous = signal.getsignal(signal.SIGUSR1)
+    assert trainer.run() == EXIT_SIGNALLED
+    assert trainer.counters.update == 7
+    assert checkpoint.load(checkpoint.latest(tmp_path / "checkpoints")).update == 7
+    # A second signal after the orderly stop is ignored, not fatal; then it is the caller's.
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN
+    signal.signal(signal.SIGUSR1, previous)
+
+
+def test_checkpoints_follow_the_cadence_and_rotate(tmp_path):
+    trainer = make_trainer(tmp_path, [f"run.max_frames={6 * FRAMES_PER_BATCH}",
+                                      "run.checkpoint_minutes=1e-9", "run.keep_checkpoints=2"])
+    assert trainer.run() == 0
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").glob(f"{checkpoint.PREFIX}*"))
+    assert kept == ["ckpt-0000000005.npz", "ckpt-0000000006.npz"]
+
+
+def test_no_periodic_checkpoint_before_its_time(tmp_path):
+    trainer = make_trainer(tmp_path, [f"run.max_frames={6 * FRAMES_PER_BATCH}",
+                                      "run.checkpoint_minutes=60"])
+    assert trainer.run() == 0
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").glob(f"{checkpoint.PREFIX}*"))
+    assert kept == ["ckpt-0000000006.npz"]  # the final one only
+
+
+def test_the_time_budget_stops_the_run(tmp_path):
+    trainer = make_trainer(tmp_path, ["run.max_frames=100000000", "run.max_minutes=1e-9"])
+    assert trainer.run() == 0
+    # Rank 0 reads its clock before each update and the stop travels with the next one.
+    assert trainer.counters.update == 2
+
+
+# Evaluations start every 2 updates and are read at the next; the stop travels in the update
+# after that: a score of 6 (started at 6, read at 7) stops after update 8.
+@pytest.mark.parametrize("target, stops_at", [(5.0, 8), (100.0, 12)])
+def test_an_evaluation_at_the_target_stops_the_run_and_keeps_the_best(tmp_path, target, stops_at):
+    evaluator = FakeEvaluator(score=lambda update: float(update))
+    trainer = make_trainer(tmp_path, [f"run.max_frames={12 * FRAMES_PER_BATCH}", "eval.every=2",
+                                      f"eval.target={target}"], evaluator=evaluator)
+    assert trainer.run() == 0
+    assert trainer.counters.update == stops_at
+    best = checkpoint.load(tmp_path / "checkpoints" / checkpoint.BEST)
+    assert best.score == rows(tmp_path, "eval")["mean_return"].max()
