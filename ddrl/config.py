@@ -149,6 +149,19 @@ class SyncConfig:
 
 
 @dataclass
+class CentralConfig:
+    """Central inference (sync.mode = "central", SEED RL): rank 0 infers and trains, the other
+    ranks only simulate."""
+    # Groups of node.n_sim simulators per actor rank, each with one step in flight: while
+    # one waits for its actions the others step.
+    groups: int = 2
+    # Observations per inference batch on the learner (0: all actors' simulators / groups).
+    batch: int = 0
+    # A batch closes this long after its first observation arrived, full or not.
+    deadline_ms: float = 5.0
+
+
+@dataclass
 class EvalConfig:
     every: int = 1000
     episodes: int = 50
@@ -177,6 +190,7 @@ class Config:
     dqn: DQNConfig = field(default_factory=DQNConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
+    central: CentralConfig = field(default_factory=CentralConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
 
@@ -230,7 +244,7 @@ _CHOICES = {
     "algo.name": ("a2c", "ppo", "vtrace", "appo", "dqn"),
     "optim.optimizer": ("adam", "rmsprop"),
     "sync.backend": ("none", "mpi", "horovod"),
-    "sync.mode": ("allreduce", "ps"),
+    "sync.mode": ("allreduce", "ps", "central"),
 }
 # (low, high, low inclusive); None means unbounded on that side.
 _RANGES = {
@@ -263,6 +277,8 @@ _RANGES = {
     "sync.timeout": (0.0, None, False), "eval.every": (1, None, True),
     "eval.episodes": (0, None, True), "eval.epsilon": (0.0, 1.0, True),
     "debug.slow_factor": (1.0, None, True),
+    "central.groups": (1, 64, True), "central.batch": (0, None, True),
+    "central.deadline_ms": (0.0, None, True),
 }
 
 

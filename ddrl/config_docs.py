@@ -13,6 +13,8 @@ SECTIONS = {
            "Counts are per rank, in agent steps unless named frames.",
     "optim": "The optimizer and gradient clipping.",
     "sync": "How ranks combine their gradients.",
+    "central": "Central inference (`sync.mode = \"central\"`, SEED RL): rank 0 infers for every "
+               "actor rank and trains; actor ranks only simulate.",
     "eval": "Greedy evaluation of frozen weights on rank 0.",
     "debug": "Faults injected on purpose, for the straggler benchmark and the fault tests.",
 }
@@ -106,13 +108,20 @@ DOCS = {
     "optim.lr_schedule": "`constant`, or `linear`: decays to 0 at `run.max_frames` (all-reduce "
                          "mode)",
     "sync.backend": "`mpi` (mpi4py Allreduce), `horovod`, or `none` (one rank)",
-    "sync.mode": "`allreduce`, or `ps` (parameter-server ranks)",
+    "sync.mode": "`allreduce`; `ps` (parameter-server ranks); `central` (rank 0 infers and "
+                 "trains, the other ranks simulate: SEED RL)",
     "sync.ps": "parameter-server ranks (ps mode): the last ranks of the job",
     "sync.aggregate": "gradients per update: a fraction of the workers or a count (k of n; ps "
                       "mode)",
     "sync.async": "ps mode: apply every gradient as it arrives",
     "sync.timeout": "seconds a rank waits for the others before it takes them as frozen or "
                     "lost: all-reduce mode ends the job (exit 4), ps mode leaves the worker out",
+    "central.groups": "groups of `node.n_sim` simulators per actor rank, each with one step in "
+                      "flight: while one waits for its actions the others step",
+    "central.batch": "observations per inference batch on the learner (0: all actor "
+                     "simulators / `central.groups`)",
+    "central.deadline_ms": "a batch closes this long after its first observation arrived, "
+                           "full or not, so no actor waits long",
     "eval.every": "updates between evaluations (rank 0, a thread of its own, frozen weights)",
     "eval.episodes": "whole games per evaluation, unclipped rewards, no episodic life (0: none)",
     "eval.target": "stop when an evaluation's mean reaches this score (`none`: never)",
@@ -121,7 +130,8 @@ DOCS = {
     "debug.slow_ranks": "ranks slowed down on purpose (straggler experiments)",
     "debug.slow_factor": "how much slower those ranks compute",
     "debug.freeze_rank": "this rank stops itself (SIGSTOP) before the sync of "
-                         "`freeze_update`, as a host hung in its own work would (-1: none)",
+                         "`freeze_update` (an actor rank: before its step of that number), "
+                         "as a host hung in its own work would (-1: none)",
     "debug.freeze_update": "the update at which `freeze_rank` stops itself",
 }
 

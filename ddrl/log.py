@@ -18,7 +18,7 @@ import numpy as np
 
 from ddrl.errors import DdrlError
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 
 TABLES: dict[str, list[tuple[str, str]]] = {
     "train": [
@@ -41,6 +41,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("update", "i8"), ("wall_time", "f8"), ("rank", "i4"), ("frames", "i8"),
         ("dp_per_s", "f4"), ("t_compute", "f4"), ("t_sync", "f4"), ("t_sim", "f4"),
         ("t_predict", "f4"), ("contributed", "i4"),
+        # Central mode's actor ranks: seconds idle waiting for actions, bytes to and from them.
+        ("t_wait", "f4"), ("bytes_in", "i8"), ("bytes_out", "i8"),
     ],
     # sync.mode = "ps": each parameter server's cumulative figures as rank 0 last heard them.
     "servers": [

@@ -63,6 +63,16 @@ def run(args: argparse.Namespace) -> int:
 def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None) -> int:
     from ddrl.cpus import configure_tensorflow, cores_per_rank
 
+    restarts = ckpt.restarts + 1 if ckpt is not None else 0
+    central_comm = None
+    if cfg.sync.mode == "central":
+        from ddrl.distributed import central
+
+        central_comm = central.split(world)
+        restarts = central.share_restarts(world, restarts)
+        if central.is_actor(cfg, world):
+            # Simulators only: an actor rank never loads TensorFlow.
+            return central.run_actor(cfg, world, restarts)
     configure_tensorflow(cores_per_rank(cfg.node.threads, world.local_size),
                          deterministic=cfg.node.mode in ("a2c", "dqn"))
     import tensorflow as tf
@@ -70,7 +80,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
     from ddrl.acting import actors_class
     from ddrl.distributed.backends import make_sync, trainer_ranks
     from ddrl.distributed.ps import is_server
-    from ddrl.envs import env_spec
+    from ddrl.envs import env_spec, frames_per_step
     from ddrl.info import versions
     from ddrl.learner import Learner
     from ddrl.log import RunLog
@@ -87,15 +97,19 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
         # A parameter server holds a slice of the weights and runs no simulators.
         return serve(cfg, world, *spec)
     learner = Learner(cfg, *spec, workers=trainer_ranks(cfg, world.size))
-    sync = make_sync(cfg, world, learner.num_params)
-    counters = Counters()
+    if central_comm is not None:
+        pool = central.RemotePool(cfg, world.comm, world.size - 1, *spec, frames_per_step(cfg))
+        sync = central.CentralSync(world, central_comm, pool)
+    else:
+        sync = make_sync(cfg, world, learner.num_params)
+    counters = Counters(restarts=restarts)
     if ckpt is not None:
-        counters = Counters(ckpt.update, ckpt.frames, ckpt.wall_time, ckpt.restarts + 1)
+        counters = Counters(ckpt.update, ckpt.frames, ckpt.wall_time, restarts)
         if world.is_root:
             learner.set_weights(ckpt.weights)
             learner.set_optimizer_state(ckpt.optimizer)
     learner.share_root_state(sync.broadcast)
-    world = sync.world  # sync.mode = "ps": the worker ranks only
+    world = sync.world  # the ranks that run the loop: in ps mode the workers, in central the learner
 
     log = evaluator = None
     if world.is_root:
@@ -119,7 +133,12 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
             f"host(s), {learner.num_params:,} parameters, sync {sync.name}, "
             f"run directory {run_dir}" + (f" (resumed at update {counters.update})"
                                           if ckpt else ""))
-    actors = actors_class(cfg)(cfg, learner, world.rank, counters.restarts)
+    if central_comm is not None:
+        from ddrl.acting.central import CentralActors
+
+        actors = CentralActors(cfg, learner, counters.restarts, pool)
+    else:
+        actors = actors_class(cfg)(cfg, learner, world.rank, counters.restarts)
     actors.update = counters.update
     if ckpt is not None:
         actors.restore_state(run_dir / "checkpoints", counters.update)

@@ -26,13 +26,16 @@ from ddrl.learner import Learner, sample_actions
 
 
 class BA3CActors(Actors):
-    def __init__(self, cfg: Config, learner: Learner, rank: int, restart: int):
+    def __init__(self, cfg: Config, learner: Learner, rank: int, restart: int,
+                 pools: list[SimPool] | None = None):
+        """`pools`: simulators made elsewhere (central mode's remote ones); by default this
+        rank's own, `node.predictors` groups of `node.n_sim`."""
         super().__init__(cfg, learner, rank, restart)
         n = cfg.node
         self._stop = threading.Event()
         capacity = n.queue_size or 4 * n.batch_size
         self.fifo = ExperienceFifo(math.ceil(capacity / n.t_max), self._stop)
-        self.pools: list[SimPool] = [
+        self.pools: list[SimPool] = pools or [
             self.make_pool(f"sim{g}", len(members), inference_batch(cfg, len(members)))
             for g, members in enumerate(np.array_split(np.arange(n.n_sim), n.predictors))]
         self._threads = [threading.Thread(target=self._predictor, args=(g, pool), daemon=True,

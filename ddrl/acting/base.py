@@ -77,5 +77,10 @@ class Actors:
     def next_batch(self) -> Batch | None:
         raise NotImplementedError
 
+    def pop_rows(self, updates: int) -> dict[str, list[dict[str, float]]]:
+        """Telemetry of the actors' own for the run log: table -> rows, per update over the
+        `updates` since the last call (central mode: a `/ranks` row per actor rank)."""
+        return {}
+
     def close(self) -> None:
         pass

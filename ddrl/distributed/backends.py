@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ddrl.config import Config
+from ddrl.distributed import central
 from ddrl.distributed.ps import Layout, check
 from ddrl.distributed.sync import LocalSync, Sync
 from ddrl.distributed.world import World
@@ -14,6 +15,9 @@ def check_world(cfg: Config, world_size: int) -> None:
     if cfg.sync.mode == "ps":
         check(cfg, world_size)
         return
+    if cfg.sync.mode == "central":
+        central.check(cfg, world_size)
+        return
     if cfg.sync.aggregate != 1 or cfg.sync.async_:
         # A collective completes only when every rank has joined it and cannot be cancelled,
         # so neither leaving out late ranks nor applying early ones fits an all-reduce.
@@ -24,6 +28,8 @@ def check_world(cfg: Config, world_size: int) -> None:
 
 def trainer_ranks(cfg: Config, world_size: int) -> int:
     """The ranks that compute gradients (the learning rate scales with them)."""
+    if cfg.sync.mode == "central":
+        return 1
     return Layout.of(cfg.sync.ps, world_size).workers if cfg.sync.mode == "ps" else world_size
 
 

@@ -7,7 +7,7 @@ from ddrl.config import Config
 from ddrl.envs.pool import SimPool, Step
 from ddrl.errors import DdrlError
 
-__all__ = ["SimPool", "Step", "check_env_id", "env_spec", "make_pool"]
+__all__ = ["SimPool", "Step", "check_env_id", "env_spec", "frames_per_step", "make_pool"]
 
 
 def check_env_id(env_id: str) -> None:
@@ -51,3 +51,8 @@ def env_spec(cfg: Config) -> tuple[tuple[int, ...], np.dtype, int]:
     spec = (backend.obs_shape, backend.obs_dtype, backend.n_actions)
     backend.close()
     return spec
+
+
+def frames_per_step(cfg: Config) -> int:
+    """Emulator frames per agent step, as the pools count them."""
+    return cfg.env.frame_skip if cfg.is_atari else 1

@@ -180,7 +180,8 @@ class Trainer:
             self.log.append("ranks", {"update": c.update, "wall_time": c.wall_time, "rank": r,
                                       **dict(zip(RANK_FIELDS, row / reports[r])),
                                       "contributed": contributed[r]})
-        self._log_rows(res)
+        self._log_rows(res.rows)
+        self._log_rows(self.actors.pop_rows(self._window.updates))
         self._window = Window(start=c.wall_time)
 
     def _maybe_start_eval(self) -> None:
@@ -210,9 +211,9 @@ class Trainer:
         if target is not None and res.mean >= target:
             self._target_reached = True
 
-    def _log_rows(self, res: SyncResult) -> None:
-        """The sync backend's own telemetry, stamped with this update."""
-        for table, rows in res.rows.items():
+    def _log_rows(self, tables: dict[str, list[dict[str, float]]]) -> None:
+        """A sync backend's or the actors' own telemetry, stamped with this update."""
+        for table, rows in tables.items():
             for row in rows:
                 self.log.append(table, {"update": self.counters.update,
                                         "wall_time": self.counters.wall_time, **row})
@@ -250,7 +251,7 @@ class Trainer:
         if final is not None:
             self._apply(final.update)
             if self.world.is_root:
-                self._log_rows(final)
+                self._log_rows(final.rows)
         self.actors.close()
         if reason != "nonfinite":
             # Every rank stops at this update, which the final checkpoint holds.

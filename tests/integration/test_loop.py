@@ -86,6 +86,9 @@ class FakeActors:
     def pop_episodes(self) -> list[tuple[float, int]]:
         return [(float(self.batches), 10)] if self.batches % 2 == 0 else []
 
+    def pop_rows(self, updates: int) -> dict[str, list[dict[str, float]]]:
+        return {}
+
     def close(self) -> None:
         self.closed = True
 

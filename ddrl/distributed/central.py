@@ -1,0 +1,402 @@
+"""Central inference (SEED RL, `sync.mode = "central"`): actor ranks run simulators and no
+network; rank 0, the learner, infers for all of them and trains. One model copy in the job,
+and nothing the size of the model crosses the network: observations go to the learner,
+actions come back.
+
+Actor side (`run_actor`): each actor rank steps `central.groups` groups of `node.n_sim`
+simulators; while one group waits for its actions the others step, so the rank's cores do
+not idle. For each group step it sends one OBS_META (float64, `obs_meta_schema`) and one
+OBS_DATA (the observations as raw bytes: uint8 frames for Atari), then waits for that
+group's ACTIONS (int32, tag ACTIONS + group).
+
+Learner side (`RemotePool`): a simulator pool whose simulators are on the actor ranks. Its
+`recv()` is the inference batcher: it takes the actors' steps as they come and closes a batch
+when it holds `central.batch` observations or `central.deadline_ms` after its first, so no
+actor waits long; `send(actions)` routes each action back. The ba3c node's predictor thread
+drives it exactly as it drives a local pool, so unrolls, acting log-probabilities and values,
+the FIFO and V-trace are the ones every other mode uses.
+
+An actor silent for `sync.timeout` is left out and the run goes on with the others; the
+learner ends the job after it has saved (the lost rank may hang, and only MPI_Abort ends
+it). An actor that hears nothing from the learner for 2 x `sync.timeout` + 10 s ends the
+job: the learner is gone.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ddrl.config import Config
+from ddrl.distributed.schema import Schema
+from ddrl.distributed.sync import LocalSync, bcast
+from ddrl.distributed.waiting import Backoff, abort
+from ddrl.distributed.world import World
+from ddrl.envs import Step, make_pool
+from ddrl.errors import DdrlError
+from ddrl.output import say
+from ddrl.seeding import derive_seed, rng
+from ddrl.signals import StopSignals
+
+# Message tags; each (source, tag) pair is FIFO in MPI. A group's actions come on
+# ACTIONS + group, so the replies to several groups in flight cannot be confused.
+OBS_META, OBS_DATA, STOP, ACTIONS = 41, 42, 43, 100
+LEARNER = 0
+
+# The fixed head of every OBS_META; the per-simulator blocks and the finished games follow.
+OBS_HEAD = Schema("group", "n", "games", "truncated", "frames", "t_sim", "t_idle")
+
+
+def obs_meta_schema(n: int, games: int) -> Schema:
+    """n simulators' ids (local to the actor), rewards, dones and truncation flags; per
+    finished game its simulator, return and length."""
+    return Schema(*OBS_HEAD.names, ("env_ids", n), ("reward", n), ("done", n),
+                  ("truncated_mask", n), ("games_env", games), ("games_return", games),
+                  ("games_length", games))
+
+
+def is_actor(cfg: Config, world: World) -> bool:
+    return cfg.sync.mode == "central" and world.rank != LEARNER
+
+
+def check(cfg: Config, world_size: int) -> None:
+    if world_size < 2:
+        raise DdrlError(f"sync.mode = 'central' needs a learner and at least one actor rank, "
+                        f"got {world_size} rank(s)")
+    if cfg.sync.backend != "mpi":
+        raise DdrlError("sync.mode = 'central' sends with mpi4py point to point: set "
+                        "sync.backend = 'mpi'")
+    if cfg.node.mode != "ba3c":
+        raise DdrlError("sync.mode = 'central': the learner runs the ba3c node (its FIFO of "
+                        "unrolls); set node.mode = 'ba3c'")
+
+
+def split(world: World) -> Any:
+    """This rank's part of the split into the learner and the actors (every rank calls it:
+    the split is collective)."""
+    return world.comm.Split(0 if world.rank == LEARNER else 1, world.rank)
+
+
+def _bytes(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view(np.uint8).reshape(-1)
+
+
+# ---------------------------------------------------------------- actor ranks
+
+
+class _Group:
+    """One group of simulators with at most one step in flight to the learner."""
+
+    def __init__(self, index: int, pool):
+        self.index = index
+        self.pool = pool
+        self.actions = np.zeros(pool.num_envs, np.int32)
+        self.request = None
+
+
+def run_actor(cfg: Config, world: World, restart: int) -> int:
+    """An actor rank's whole run: simulators only, until the learner says stop."""
+    from mpi4py import MPI
+
+    comm = world.comm
+    groups = [_Group(g, make_pool(cfg, cfg.node.n_sim,
+                                  derive_seed(cfg.run.seed, world.rank, f"actor{g}/{restart}"),
+                                  train=True,
+                                  rng=rng(cfg.run.seed, world.rank, f"actor{g}/{restart}/decorrelate")))
+              for g in range(cfg.central.groups)]
+    stop = np.zeros(1, np.int64)
+    stop_request = comm.Irecv(stop, LEARNER, STOP)
+    sends: list = []
+    frames, games, steps_sent, t_sim, t_idle = 0, 0, 0, 0.0, 0.0
+    deadline = 2 * cfg.sync.timeout + 10
+    backoff = Backoff(spin=1e-3)
+
+    def step_and_send(group: _Group, first: bool) -> None:
+        nonlocal frames, games, steps_sent, t_sim
+        if world.rank == cfg.debug.freeze_rank and steps_sent == cfg.debug.freeze_update:
+            os.kill(os.getpid(), signal.SIGSTOP)  # fault injection: a host hung in its own work
+        t0 = time.perf_counter()
+        if not first:
+            group.pool.send(group.actions)
+        step: Step = group.pool.recv()
+        t_sim += time.perf_counter() - t0
+        n = len(step.env_ids)
+        frames += n * group.pool.frames_per_step
+        games += len(step.episodes)
+        ep = np.array(step.episodes, np.float64).reshape(-1, 3)
+        meta = obs_meta_schema(n, len(ep)).pack(
+            group=group.index, n=n, games=len(ep), truncated=int(step.truncated.sum()),
+            frames=n * group.pool.frames_per_step, t_sim=t_sim, t_idle=t_idle,
+            env_ids=step.env_ids, reward=step.reward, done=step.done,
+            truncated_mask=step.truncated, games_env=ep[:, 0], games_return=ep[:, 1],
+            games_length=ep[:, 2])
+        data = _bytes(step.obs) if step.final_obs is None else \
+            np.concatenate([_bytes(step.obs), _bytes(step.final_obs)])
+        group.request = comm.Irecv(group.actions[:n], LEARNER, ACTIONS + group.index)
+        sends.extend([comm.Isend(meta, LEARNER, OBS_META), comm.Isend(data, LEARNER, OBS_DATA)])
+        steps_sent += 1
+
+    # Slurm signals every rank; an actor goes on until the learner, which checkpoints, stops it.
+    with StopSignals() as signals:
+        for group in groups:
+            step_and_send(group, first=True)
+        last_heard = time.monotonic()
+        while not stop_request.Test():
+            sends = [r for r in sends if not r.Test()]
+            ready = [g for g in groups if g.request.Test()]
+            for group in ready:
+                step_and_send(group, first=False)
+            if ready:
+                last_heard = time.monotonic()
+                backoff.reset()
+                continue
+            if time.monotonic() - last_heard > deadline:
+                abort(comm, f"actor rank {world.rank}: no actions from the learner for "
+                            f"{deadline:.0f} s (2 x sync.timeout + 10 s): the learner is gone")
+            t0 = time.perf_counter()
+            backoff.sleep()
+            t_idle += time.perf_counter() - t0
+        signals.job_stopping = True
+        # The learner receives what is still on the way (it knows how much from the count),
+        # so every send completes before MPI_Finalize.
+        sends.append(comm.Isend(np.array([steps_sent], np.int64), LEARNER, STOP))
+        for group in groups:
+            group.request.Cancel()
+            group.request.Wait()
+        MPI.Request.Waitall(sends)
+    for group in groups:
+        group.pool.close()
+    loaded = "tensorflow" in sys.modules
+    say(f"[ddrl] actor rank {world.rank}: {frames:,} frames, {games} games, "
+        f"{cfg.central.groups} x {cfg.node.n_sim} simulators, simulating {t_sim:.1f} s, "
+        f"idle {t_idle:.1f} s; tensorflow loaded: {'yes' if loaded else 'no'}")
+    world.barrier()  # with the learner, once it has saved
+    return int(stop[0])
+
+
+# ---------------------------------------------------------------- the learner rank
+
+
+@dataclass
+class _Request:
+    actor: int  # index among the actor ranks (rank - 1)
+    group: int
+    env_ids: np.ndarray  # local to the actor
+
+
+@dataclass
+class _ActorStats:
+    """Since the last `/ranks` row: what each actor reported and what crossed the wire."""
+    frames: float = 0.0
+    t_sim: float = 0.0
+    t_idle: float = 0.0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    # The actor's cumulative clocks at its last message, to turn them into intervals.
+    last_t_sim: float = 0.0
+    last_t_idle: float = 0.0
+    last_heard: float = field(default_factory=time.monotonic)
+    steps_received: int = 0
+
+
+class RemotePool:
+    """The actor ranks' simulators as one pool (the SimPool interface) on the learner."""
+
+    def __init__(self, cfg: Config, comm: Any, actors: int, obs_shape: tuple[int, ...],
+                 obs_dtype: np.dtype, n_actions: int, frames_per_step: int):
+        self.num_envs = actors * cfg.node.n_sim
+        self.n_actions = n_actions
+        self.obs_shape = obs_shape
+        self.frames_per_step = frames_per_step
+        self._cfg, self._comm = cfg, comm
+        self._n_sim = cfg.node.n_sim
+        self._dtype = np.dtype(obs_dtype)
+        self._row = int(np.prod(obs_shape)) * self._dtype.itemsize
+        self._batch = cfg.central.batch or max(1, self.num_envs // cfg.central.groups)
+        self._deadline = cfg.central.deadline_ms / 1e3
+        self._timeout = cfg.sync.timeout
+        self._live = set(range(actors))
+        self.lost: list[int] = []
+        self._stats = [_ActorStats() for _ in range(actors)]
+        self._served: list[_Request] = []
+        self._sends: list = []
+        self.batches = 0
+        self.batched = 0
+        # Set before the node's predictor thread is joined: `recv` then returns an empty step.
+        self.stopping = threading.Event()
+        self.closed = False
+
+    def recv(self) -> Step:
+        """The next inference batch: at least one actor's step, up to `central.batch`
+        observations, closed `central.deadline_ms` after its first step arrived."""
+        from mpi4py import MPI
+
+        parts: list[tuple[_Request, dict, np.ndarray, np.ndarray | None]] = []
+        have, first_at = 0, None
+        status, backoff = MPI.Status(), Backoff(spin=1e-3)
+        self._expire()
+        while have < self._batch and not self.stopping.is_set():
+            if first_at is not None and time.monotonic() - first_at >= self._deadline:
+                break
+            self._sends = [r for r in self._sends if not r.Test()]
+            if not self._comm.Iprobe(MPI.ANY_SOURCE, OBS_META, status):
+                if first_at is None:
+                    self._expire()
+                backoff.sleep()
+                continue
+            backoff.reset()
+            part = self._receive(status)
+            if part is None:
+                continue
+            parts.append(part)
+            have += len(part[0].env_ids)
+            first_at = first_at or time.monotonic()
+        self._served = [p[0] for p in parts]
+        self.batches += 1
+        self.batched += have
+        return self._step(parts)
+
+    def send(self, actions: np.ndarray) -> None:
+        actions = np.asarray(actions, np.int32)
+        offset = 0
+        for req in self._served:
+            n = len(req.env_ids)
+            if req.actor in self._live:
+                part = np.ascontiguousarray(actions[offset:offset + n])
+                self._sends.append(self._comm.Isend(part, req.actor + 1, ACTIONS + req.group))
+                self._stats[req.actor].bytes_out += part.nbytes
+            offset += n
+        self._served = []
+
+    def _receive(self, status):
+        from mpi4py import MPI
+
+        src = status.Get_source()
+        meta_buf = np.empty(status.Get_count(MPI.DOUBLE))
+        self._comm.Recv(meta_buf, src, OBS_META)
+        head = OBS_HEAD.unpack(meta_buf)
+        n, games = int(head["n"]), int(head["games"])
+        meta = obs_meta_schema(n, games).unpack(meta_buf)
+        truncated = int(head["truncated"])
+        data = np.empty((n + truncated) * self._row, np.uint8)
+        self._comm.Recv(data, src, OBS_DATA)
+        actor = src - 1
+        st = self._stats[actor]
+        st.last_heard = time.monotonic()
+        st.steps_received += 1
+        if actor not in self._live:
+            return None  # left out already: its simulators' unrolls were dropped
+        st.frames += head["frames"]
+        st.t_sim += head["t_sim"] - st.last_t_sim
+        st.t_idle += head["t_idle"] - st.last_t_idle
+        st.last_t_sim, st.last_t_idle = head["t_sim"], head["t_idle"]
+        st.bytes_in += meta_buf.nbytes + data.nbytes
+        rows = data.view(self._dtype).reshape(n + truncated, *self.obs_shape)
+        req = _Request(actor, int(head["group"]), meta["env_ids"].astype(np.int64))
+        return req, meta, rows[:n], (rows[n:] if truncated else None)
+
+    def _step(self, parts) -> Step:
+        if not parts:  # stopping
+            empty = np.zeros(0)
+            return Step(empty.astype(np.int64), np.zeros((0, *self.obs_shape), self._dtype),
+                        empty.astype(np.float32), empty.astype(bool), empty.astype(bool), None)
+        ids, obs, reward, done, trunc, final, episodes = [], [], [], [], [], [], []
+        for req, meta, rows, final_rows in parts:
+            base = req.actor * self._n_sim
+            ids.append(base + req.env_ids)
+            obs.append(rows)
+            reward.append(meta["reward"].astype(np.float32))
+            done.append(meta["done"].astype(bool))
+            trunc.append(meta["truncated_mask"].astype(bool))
+            if final_rows is not None:
+                final.append(final_rows)
+            episodes += [(int(base + e), float(r), int(n)) for e, r, n in
+                         zip(meta["games_env"], meta["games_return"], meta["games_length"])]
+        return Step(np.concatenate(ids), np.concatenate(obs), np.concatenate(reward),
+                    np.concatenate(done), np.concatenate(trunc),
+                    np.concatenate(final) if final else None, episodes)
+
+    def _expire(self) -> None:
+        """Leave out the actors silent for sync.timeout; with none left, the run cannot go on."""
+        now = time.monotonic()
+        for actor in sorted(self._live):
+            if now - self._stats[actor].last_heard > self._timeout:
+                self._live.discard(actor)
+                self.lost.append(actor + 1)
+                say(f"[ddrl] central: actor rank {actor + 1} sent nothing for "
+                    f"{self._timeout:g} s (sync.timeout); going on with {len(self._live)} "
+                    "actor rank(s)", err=True)
+        if not self._live:
+            raise DdrlError(f"central: every actor rank was silent for {self._timeout:g} s "
+                            "(sync.timeout); nothing left to learn from")
+
+    def pop_rows(self, updates: int) -> dict[str, list[dict[str, float]]]:
+        """A `/ranks` row per live actor rank: its frames, seconds simulating and idle, and
+        bytes to the learner (in) and back (out), per update over the last `updates`."""
+        rows, n = [], max(updates, 1)
+        for actor in sorted(self._live):
+            st = self._stats[actor]
+            rows.append({"rank": actor + 1, "frames": st.frames / n, "t_sim": st.t_sim / n,
+                         "t_wait": st.t_idle / n, "bytes_in": round(st.bytes_in / n),
+                         "bytes_out": round(st.bytes_out / n), "contributed": 1})
+            st.frames, st.t_sim, st.t_idle, st.bytes_in, st.bytes_out = 0.0, 0.0, 0.0, 0, 0
+        return {"ranks": rows}
+
+    def close(self) -> None:
+        """Tells every live actor to stop and takes in what each still had on the way (the
+        count its goodbye names), so that no send is left pending; a left-out actor is ended
+        with the job."""
+        from mpi4py import MPI
+
+        if self.closed:
+            return
+        self.closed = True
+        self.stopping.set()
+        for actor in sorted(self._live):
+            self._sends.append(self._comm.Isend(np.zeros(1, np.int64), actor + 1, STOP))
+        byes = {a: np.zeros(1, np.int64) for a in self._live}
+        pending = {a: self._comm.Irecv(byes[a], a + 1, STOP) for a in self._live}
+        status, backoff = MPI.Status(), Backoff(spin=1e-3)
+        deadline = time.monotonic() + self._timeout
+        while pending and time.monotonic() < deadline:
+            if self._comm.Iprobe(MPI.ANY_SOURCE, OBS_META, status):
+                self._receive(status)
+                continue
+            for actor in [a for a, r in pending.items() if r.Test()]:
+                if self._stats[actor].steps_received >= byes[actor][0]:
+                    del pending[actor]
+            backoff.sleep()
+        MPI.Request.Waitall(self._sends)
+
+
+class CentralSync(LocalSync):
+    """The learner's sync: it is the only trainer, so a gradient is the update; at the end it
+    holds the actor ranks until it has saved, or ends the job if one was left out."""
+
+    name = "central"
+
+    def __init__(self, world: World, own_comm: Any, pool: RemotePool):
+        super().__init__(World(0, 1, world.local_rank, world.local_size, world.hosts, own_comm))
+        self._job = world
+        self._pool = pool
+
+    def broadcast(self, array: np.ndarray) -> np.ndarray:
+        return array  # the actors hold no weights
+
+    def close(self) -> None:
+        if self._pool.lost:
+            abort(self._job.comm, f"actor rank(s) {', '.join(map(str, self._pool.lost))} sent "
+                                  "nothing for sync.timeout and were left out; the run is saved; "
+                                  "ending the job")
+        self._job.barrier()
+
+
+def share_restarts(world: World, restarts: int) -> int:
+    """The learner's restart count on every rank (the actors seed their simulators with it)."""
+    return int(bcast(world.comm, np.array([restarts], np.int64))[0])

@@ -1,0 +1,124 @@
+"""Central inference (SEED RL) end to end: real mpirun, real simulators on actor ranks that
+never load TensorFlow, the learner batching their observations; across simulated hosts; a
+frozen actor left out; a stop signal and a resume."""
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from conftest import (
+    DDRL,
+    JOBS,
+    NO_EVAL,
+    ROOT,
+    assert_solved,
+    ddrl,
+    env_for_tests,
+    mpirun,
+    table,
+    wait_for_updates,
+)
+
+from ddrl.bench import simhosts
+from ddrl.loop.trainer import EXIT_SIGNALLED
+
+CENTRAL = ("--set", "sync.mode=central", "--set", "algo.name=vtrace")
+
+
+def actor_lines(out: str) -> dict[int, str]:
+    return {int(m.group(1)): m.group(0) for m in
+            re.finditer(r"\[ddrl\] actor rank (\d+): .*", out)}
+
+
+def check_actors(run_dir, out: str, actors: list[int]) -> None:
+    lines = actor_lines(out)
+    assert sorted(lines) == actors, out[-3000:]
+    assert all(line.endswith("tensorflow loaded: no") for line in lines.values()), lines
+    ranks = table(run_dir, "ranks")
+    for r in actors:
+        rows = ranks[ranks["rank"] == r]
+        assert len(rows) and rows["frames"].sum() > 0 and (rows["bytes_in"] > 0).all()
+        assert (rows["bytes_out"] > 0).all() and (rows["t_wait"] >= 0).all()
+    learner = ranks[ranks["rank"] == 0]
+    assert len(learner) and (learner["bytes_in"] == 0).all()
+
+
+@pytest.mark.skipif(simhosts.available() is not None, reason=str(simhosts.available()))
+def test_central_learns_cartpole_with_actors_on_other_hosts(run_dir):
+    """The learner on one host, an actor rank on each of two others: CartPole's target."""
+    with simhosts.SimulatedHosts(3) as net:
+        cmd = net.mpirun([1, 1, 1]) + DDRL + ["train", str(JOBS / "cartpole.toml"), "--out",
+                                              str(run_dir), *CENTRAL,
+                                              "--set", "run.max_frames=300000"]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                             env=env_for_tests())
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "sync central" in res.stdout and "stopped (target)" in res.stdout
+    assert_solved(run_dir, "central vtrace")
+    check_actors(run_dir, res.stdout, [1, 2])
+    train = table(run_dir, "train")
+    assert np.isfinite(train["approx_kl"]).all() and (train["policy_lag"] >= 0).all()
+
+
+def test_a_frozen_actor_is_left_out_and_the_run_goes_on(run_dir):
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *CENTRAL, *NO_EVAL,
+               "--set", "run.max_frames=40000", "--set", "sync.timeout=4",
+               "--set", "debug.freeze_rank=2", "--set", "debug.freeze_update=50",
+               ranks=3, timeout=240)
+    out = res.stdout + res.stderr
+    assert "actor rank 2 sent nothing for 4 s (sync.timeout); going on with 1 actor rank(s)" in out
+    assert "stopped (frames)" in out, out[-3000:]
+    # Saved, then the job ends: only an abort also ends the frozen rank.
+    assert res.returncode != 0
+    assert "actor rank(s) 2 sent nothing for sync.timeout and were left out; the run is saved" in out
+    train = table(run_dir, "train")
+    assert train["frames"][-1] >= 40000 - 1000
+    ranks = table(run_dir, "ranks")
+    late = ranks[ranks["wall_time"] > ranks["wall_time"].max() - 1]
+    assert 1 in late["rank"] and 2 not in late["rank"]
+
+
+def test_a_stop_signal_checkpoints_and_the_run_resumes(run_dir):
+    cmd = mpirun(3) + DDRL + ["train", str(JOBS / "cartpole.toml"), "--out", str(run_dir),
+                              *CENTRAL, *NO_EVAL, "--set", "run.max_frames=60000",
+                              "--set", "run.log_every=5"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=ROOT, env=env_for_tests())
+    try:
+        wait_for_updates(proc, run_dir, 20)
+        time.sleep(1)
+        proc.send_signal(signal.SIGUSR1)  # mpirun forwards it to every rank, as Slurm's warning
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == EXIT_SIGNALLED, out[-3000:]
+    assert "stopped (signal)" in out and len(actor_lines(out)) == 2, out[-3000:]
+    stopped_at = table(run_dir, "train")["update"][-1]
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--resume", *CENTRAL, *NO_EVAL,
+               "--set", "run.max_frames=60000", "--set", "run.log_every=5", ranks=3, timeout=240)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    train = table(run_dir, "train")
+    assert np.all(np.diff(train["update"]) > 0) and train["update"][-1] > stopped_at
+    assert table(run_dir, "starts")["restart"].tolist() == [0, 1]
+    check_actors(run_dir, res.stdout, [1, 2])
+
+
+@pytest.mark.parametrize("override, message", [
+    (("--set", "node.mode=a2c"), "sync.mode = 'central': the learner runs the ba3c node"),
+    (("--set", "sync.backend=none"), "sync.mode = 'central' sends with mpi4py point to point"),
+])
+def test_central_refuses_what_cannot_work(override, message, run_dir):
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *CENTRAL, *override, ranks=2,
+               timeout=120)
+    assert res.returncode != 0 and message in res.stderr, res.stderr[-2000:]
+
+
+def test_central_needs_an_actor_rank(run_dir):
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *CENTRAL, timeout=120)
+    assert res.returncode == 2
+    assert res.stderr.strip() == ("ddrl: error: sync.mode = 'central' needs a learner and at "
+                                  "least one actor rank, got 1 rank(s)")
