@@ -41,8 +41,9 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("update", "i8"), ("wall_time", "f8"), ("rank", "i4"), ("frames", "i8"),
         ("dp_per_s", "f4"), ("t_compute", "f4"), ("t_sync", "f4"), ("t_sim", "f4"),
         ("t_predict", "f4"), ("contributed", "i4"),
-        # Central mode's actor ranks: seconds idle waiting for actions, bytes to and from them.
-        ("t_wait", "f4"), ("bytes_in", "i8"), ("bytes_out", "i8"),
+        # Central mode's actor ranks: seconds idle waiting for actions, seconds from sending a
+        # step to its actions (mean), bytes to and from the learner.
+        ("t_wait", "f4"), ("t_round", "f4"), ("bytes_in", "i8"), ("bytes_out", "i8"),
     ],
     # sync.mode = "ps": each parameter server's cumulative figures as rank 0 last heard them.
     "servers": [
@@ -50,6 +51,11 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("received", "i8"), ("applied", "i8"), ("dropped", "i8"), ("sent", "i8"),
         ("staleness_sum", "i8"), ("lost", "i4"), ("bytes_in", "i8"), ("bytes_out", "i8"),
         ("t_busy", "f8"), ("t_apply", "f8"),
+    ],
+    # sync.mode = "central": the learner's inference batches since the previous row.
+    "inference": [
+        ("update", "i8"), ("wall_time", "f8"), ("batches", "i8"), ("observations", "i8"),
+        ("t_gather", "f8"),
     ],
     # One row per start of the run: the first (restart 0) and each resume, with the world it
     # ran on (a restart after a lost host may have fewer ranks).
@@ -60,7 +66,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
 }
 # The column that says which rows a resume from update U / frame F keeps.
 _RESUME_KEY = {"train": "update", "episodes": "frames", "eval": "update", "ranks": "update",
-               "servers": "update", "starts": "update"}
+               "servers": "update", "inference": "update", "starts": "update"}
 
 
 def table_dtype(name: str) -> np.dtype:

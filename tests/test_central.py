@@ -122,3 +122,15 @@ def test_central_needs_an_actor_rank(run_dir):
     assert res.returncode == 2
     assert res.stderr.strip() == ("ddrl: error: sync.mode = 'central' needs a learner and at "
                                   "least one actor rank, got 1 rank(s)")
+
+
+@pytest.mark.skipif(simhosts.available() is not None, reason=str(simhosts.available()))
+def test_bench_central_prints_both_modes():
+    res = ddrl("bench", "central", JOBS / "cartpole.toml", "--hosts", "2", "--rates", "1gbit",
+               "--seconds", "3", timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    rows = [line.split() for line in res.stdout.splitlines() if line.split()[:1] == ["1gbit"]]
+    assert [r[2] for r in rows] == ["central", "per-rank"], res.stdout
+    central = rows[0]
+    assert float(central[3].replace(",", "")) > 0 and float(central[4]) > 0, central
+    assert 1 <= float(central[5]) <= 16, central  # observations per inference batch

@@ -41,6 +41,13 @@ def timed_rows(launch: list[str], job: str, sets: list[str], seconds: float, tab
                label: str) -> tuple[np.ndarray, float]:
     """A run of warm-up + `seconds` without evaluations or checkpoints, one log row per
     update; its `table` rows after the warm-up, and the warm-up in seconds."""
+    tables, warmup = timed_tables(launch, job, sets, seconds, (table,), label)
+    return tables[table], warmup
+
+
+def timed_tables(launch: list[str], job: str, sets: list[str], seconds: float,
+                 tables: tuple[str, ...], label: str) -> tuple[dict[str, np.ndarray], float]:
+    """`timed_rows` for several tables at once."""
     import h5py
 
     from ddrl.bench.node import warmup_seconds
@@ -53,5 +60,5 @@ def timed_rows(launch: list[str], job: str, sets: list[str], seconds: float, tab
         out = Path(tmp) / "run"
         train(launch, job, out, timed, label)
         with h5py.File(out / "log.h5", "r") as f:
-            rows = f[table][:]
-    return rows[rows["wall_time"] >= warmup], warmup
+            rows = {name: f[name][:] for name in tables}
+    return {name: r[r["wall_time"] >= warmup] for name, r in rows.items()}, warmup

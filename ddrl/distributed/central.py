@@ -50,7 +50,8 @@ OBS_META, OBS_DATA, STOP, ACTIONS = 41, 42, 43, 100
 LEARNER = 0
 
 # The fixed head of every OBS_META; the per-simulator blocks and the finished games follow.
-OBS_HEAD = Schema("group", "n", "games", "truncated", "frames", "t_sim", "t_idle")
+OBS_HEAD = Schema("group", "n", "games", "truncated", "frames", "t_sim", "t_idle", "t_round",
+                  "rounds")
 
 
 def obs_meta_schema(n: int, games: int) -> Schema:
@@ -98,6 +99,7 @@ class _Group:
         self.pool = pool
         self.actions = np.zeros(pool.num_envs, np.int32)
         self.request = None
+        self.sent_at = 0.0
 
 
 def run_actor(cfg: Config, world: World, restart: int) -> int:
@@ -113,16 +115,18 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
     stop = np.zeros(1, np.int64)
     stop_request = comm.Irecv(stop, LEARNER, STOP)
     sends: list = []
-    frames, games, steps_sent, t_sim, t_idle = 0, 0, 0, 0.0, 0.0
+    frames, games, steps_sent, t_sim, t_idle, t_round, rounds = 0, 0, 0, 0.0, 0.0, 0.0, 0
     deadline = 2 * cfg.sync.timeout + 10
     backoff = Backoff(spin=1e-3)
 
     def step_and_send(group: _Group, first: bool) -> None:
-        nonlocal frames, games, steps_sent, t_sim
+        nonlocal frames, games, steps_sent, t_sim, t_round, rounds
         if world.rank == cfg.debug.freeze_rank and steps_sent == cfg.debug.freeze_update:
             os.kill(os.getpid(), signal.SIGSTOP)  # fault injection: a host hung in its own work
         t0 = time.perf_counter()
         if not first:
+            t_round += t0 - group.sent_at
+            rounds += 1
             group.pool.send(group.actions)
         step: Step = group.pool.recv()
         t_sim += time.perf_counter() - t0
@@ -132,7 +136,8 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
         ep = np.array(step.episodes, np.float64).reshape(-1, 3)
         meta = obs_meta_schema(n, len(ep)).pack(
             group=group.index, n=n, games=len(ep), truncated=int(step.truncated.sum()),
-            frames=n * group.pool.frames_per_step, t_sim=t_sim, t_idle=t_idle,
+            frames=n * group.pool.frames_per_step, t_sim=t_sim, t_idle=t_idle, t_round=t_round,
+            rounds=rounds,
             env_ids=step.env_ids, reward=step.reward, done=step.done,
             truncated_mask=step.truncated, games_env=ep[:, 0], games_return=ep[:, 1],
             games_length=ep[:, 2])
@@ -141,6 +146,7 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
         group.request = comm.Irecv(group.actions[:n], LEARNER, ACTIONS + group.index)
         sends.extend([comm.Isend(meta, LEARNER, OBS_META), comm.Isend(data, LEARNER, OBS_DATA)])
         steps_sent += 1
+        group.sent_at = time.perf_counter()
 
     # Slurm signals every rank; an actor goes on until the learner, which checkpoints, stops it.
     with StopSignals() as signals:
@@ -196,11 +202,15 @@ class _ActorStats:
     frames: float = 0.0
     t_sim: float = 0.0
     t_idle: float = 0.0
+    t_round: float = 0.0
+    rounds: float = 0.0
     bytes_in: int = 0
     bytes_out: int = 0
     # The actor's cumulative clocks at its last message, to turn them into intervals.
     last_t_sim: float = 0.0
     last_t_idle: float = 0.0
+    last_t_round: float = 0.0
+    last_rounds: float = 0.0
     last_heard: float = field(default_factory=time.monotonic)
     steps_received: int = 0
 
@@ -226,8 +236,8 @@ class RemotePool:
         self._stats = [_ActorStats() for _ in range(actors)]
         self._served: list[_Request] = []
         self._sends: list = []
-        self.batches = 0
-        self.batched = 0
+        # Since the last `/inference` row: batches, observations in them, seconds gathering.
+        self._batches, self._batched, self._t_gather = 0, 0, 0.0
         # Set before the node's predictor thread is joined: `recv` then returns an empty step.
         self.stopping = threading.Event()
         self.closed = False
@@ -238,7 +248,7 @@ class RemotePool:
         from mpi4py import MPI
 
         parts: list[tuple[_Request, dict, np.ndarray, np.ndarray | None]] = []
-        have, first_at = 0, None
+        have, first_at, start = 0, None, time.perf_counter()
         status, backoff = MPI.Status(), Backoff(spin=1e-3)
         self._expire()
         while have < self._batch and not self.stopping.is_set():
@@ -258,8 +268,9 @@ class RemotePool:
             have += len(part[0].env_ids)
             first_at = first_at or time.monotonic()
         self._served = [p[0] for p in parts]
-        self.batches += 1
-        self.batched += have
+        self._batches += 1
+        self._batched += have
+        self._t_gather += time.perf_counter() - start
         return self._step(parts)
 
     def send(self, actions: np.ndarray) -> None:
@@ -295,7 +306,10 @@ class RemotePool:
         st.frames += head["frames"]
         st.t_sim += head["t_sim"] - st.last_t_sim
         st.t_idle += head["t_idle"] - st.last_t_idle
+        st.t_round += head["t_round"] - st.last_t_round
+        st.rounds += head["rounds"] - st.last_rounds
         st.last_t_sim, st.last_t_idle = head["t_sim"], head["t_idle"]
+        st.last_t_round, st.last_rounds = head["t_round"], head["rounds"]
         st.bytes_in += meta_buf.nbytes + data.nbytes
         rows = data.view(self._dtype).reshape(n + truncated, *self.obs_shape)
         req = _Request(actor, int(head["group"]), meta["env_ids"].astype(np.int64))
@@ -338,15 +352,22 @@ class RemotePool:
 
     def pop_rows(self, updates: int) -> dict[str, list[dict[str, float]]]:
         """A `/ranks` row per live actor rank: its frames, seconds simulating and idle, and
-        bytes to the learner (in) and back (out), per update over the last `updates`."""
+        bytes to the learner (in) and back (out), per update over the last `updates`, and
+        the mean seconds from a step sent to its actions; an `/inference` row of the batches
+        over the same updates."""
         rows, n = [], max(updates, 1)
         for actor in sorted(self._live):
             st = self._stats[actor]
             rows.append({"rank": actor + 1, "frames": st.frames / n, "t_sim": st.t_sim / n,
-                         "t_wait": st.t_idle / n, "bytes_in": round(st.bytes_in / n),
-                         "bytes_out": round(st.bytes_out / n), "contributed": 1})
+                         "t_wait": st.t_idle / n, "t_round": st.t_round / max(st.rounds, 1),
+                         "bytes_in": round(st.bytes_in / n), "bytes_out": round(st.bytes_out / n),
+                         "contributed": 1})
             st.frames, st.t_sim, st.t_idle, st.bytes_in, st.bytes_out = 0.0, 0.0, 0.0, 0, 0
-        return {"ranks": rows}
+            st.t_round, st.rounds = 0.0, 0.0
+        batches = [{"batches": self._batches, "observations": self._batched,
+                    "t_gather": self._t_gather}]
+        self._batches, self._batched, self._t_gather = 0, 0, 0.0
+        return {"ranks": rows, "inference": batches}
 
     def close(self) -> None:
         """Tells every live actor to stop and takes in what each still had on the way (the

@@ -1,0 +1,103 @@
+"""`ddrl bench central JOB.toml [--hosts 2 4] [--rates 1gbit 10gbit] [--seconds S]`: central
+inference against per-rank inference on the same simulated hosts (ddrl/bench/simhosts.py).
+
+For each link rate and host count h: the job in `sync.mode = "central"` with the learner on
+host 1 and one actor rank on each other host, then the same job with h all-reduce ranks, one
+per host, each inferring for its own simulators. Printed per run: frames/s; for central mode
+the bytes per frame on the wire (observations and headers in, actions out, as the learner
+counted them), the learner's mean inference batch and the time it spends gathering one, the
+actors' mean round trip (a step sent to its actions) and their idle share of an update, and
+the learner's busy share (inference and training per update). Per-rank mode's bytes per frame
+are its gradient's all-reduce traffic, 2 (h - 1) / h of the gradient per rank and update.
+"""
+from __future__ import annotations
+
+import argparse
+
+from ddrl.errors import DdrlError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", help="TOML job file")
+    p.add_argument("--hosts", type=int, nargs="+", default=[2, 4],
+                   help="simulated hosts per run, the learner's included (default 2 4)")
+    p.add_argument("--rates", nargs="+", default=["1gbit", "10gbit"],
+                   help="link rates (tc syntax; default 1gbit 10gbit)")
+    p.add_argument("--seconds", type=float, default=30.0,
+                   help="measured seconds per run, after a warm-up (default 30)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key (repeatable)")
+
+
+def measure(job: str, sets: list[str], hosts: int, rate: str, seconds: float,
+            central: bool) -> dict[str, float]:
+    from ddrl.bench.runs import timed_tables
+    from ddrl.bench.simhosts import SimulatedHosts
+
+    mode = ["sync.mode=central", "node.mode=ba3c"] if central else ["sync.mode=allreduce",
+                                                                      "sync.backend=mpi"]
+    tables = ("train", "ranks", "inference") if central else ("train",)
+    with SimulatedHosts(hosts, rate=rate) as net:
+        rows, warmup = timed_tables(net.mpirun([1] * hosts), job, [*sets, *mode], seconds,
+                                    tables, f"the {'central' if central else 'per-rank'} run "
+                                            f"on {hosts} hosts")
+    train = rows["train"]
+    if len(train) < 3:
+        raise DdrlError(f"fewer than 3 updates after {warmup:.0f} s of warm-up: raise --seconds")
+    span = train["wall_time"][-1] - train["wall_time"][0]
+    updates = train["update"][-1] - train["update"][0]
+    period = span / updates
+    out = {"frames_per_s": (train["frames"][-1] - train["frames"][0]) / span,
+           "updates_per_s": updates / span}
+    if central:
+        ranks, inference = rows["ranks"], rows["inference"]
+        actors, learner = ranks[ranks["rank"] > 0], ranks[ranks["rank"] == 0]
+        wire = float((actors["bytes_in"] + actors["bytes_out"]).sum())
+        out.update(
+            bytes_per_frame=wire / max(float(actors["frames"].sum()), 1.0),
+            batch=inference["observations"].sum() / max(inference["batches"].sum(), 1),
+            t_gather_ms=1e3 * inference["t_gather"].sum() / max(inference["batches"].sum(), 1),
+            round_ms=1e3 * float(actors["t_round"].mean()),
+            actor_idle=float(actors["t_wait"].mean()) / period,
+            learner_busy=float(learner["t_predict"].mean() + train["t_train"].mean()) / period)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from ddrl.bench.scaling import gradient_bytes
+    from ddrl.bench.simhosts import available, parse_rate
+    from ddrl.config import load_config
+    from ddrl.envs import check_env_id
+
+    reason = available()
+    if reason:
+        raise DdrlError(f"bench central: {reason}")
+    for rate in args.rates:
+        parse_rate(rate)
+    if args.seconds <= 0 or any(h < 2 for h in args.hosts):
+        raise DdrlError("bench central: need --seconds > 0 and --hosts >= 2 (a learner and an "
+                        "actor)")
+    cfg = load_config(args.job, [*args.set, "node.mode=ba3c"], check_env=check_env_id)
+    nbytes = gradient_bytes(cfg)
+    print(f"ddrl bench central {args.job}: {cfg.env.id}, {cfg.model.arch}, {cfg.algo.name}, "
+          f"{cfg.node.n_sim} simulators per group, {cfg.central.groups} groups per actor; "
+          f"gradient {nbytes / 2**20:.2f} MB; {args.seconds:g} s per run", flush=True)
+    print(f"{'link':>8s} {'hosts':>5s} {'mode':>9s} {'frames/s':>9s} {'B/frame':>9s} "
+          f"{'batch':>6s} {'gather ms':>9s} {'round ms':>8s} {'actor idle':>10s} "
+          f"{'learner busy':>12s}", flush=True)
+    for rate in args.rates:
+        for hosts in args.hosts:
+            for central in (True, False):
+                m = measure(args.job, args.set, hosts, rate, args.seconds, central)
+                if central:
+                    detail = (f"{m['bytes_per_frame']:9.0f} {m['batch']:6.1f} "
+                              f"{m['t_gather_ms']:9.2f} {m['round_ms']:8.2f} "
+                              f"{m['actor_idle']:10.0%} {m['learner_busy']:12.0%}")
+                else:
+                    per_update = 2 * (hosts - 1) / hosts * nbytes * hosts
+                    frames_per_update = m["frames_per_s"] / m["updates_per_s"]
+                    detail = f"{per_update / frames_per_update:9.0f} {'-':>6s} {'-':>9s} " \
+                             f"{'-':>8s} {'-':>10s} {'-':>12s}"
+                print(f"{rate:>8s} {hosts:5d} {'central' if central else 'per-rank':>9s} "
+                      f"{m['frames_per_s']:9,.0f} {detail}", flush=True)
+    return 0
