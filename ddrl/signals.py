@@ -13,6 +13,8 @@ class StopSignals:
 
     def __init__(self):
         self.received: int | None = None
+        # Set by the first signal: what the final phase (evaluation, checkpoint) waits on.
+        self.event = threading.Event()
         self.job_stopping = False
         self._previous = {}
 
@@ -24,6 +26,7 @@ class StopSignals:
 
     def _handle(self, signum, _frame) -> None:
         self.received = signum
+        self.event.set()
 
     def __exit__(self, *exc) -> None:
         # After a stop request, Slurm often sends a second signal (TERM from scancel plus the

@@ -105,10 +105,14 @@ class BackgroundEvaluator:
         if self._thread is not None:
             self._thread.join()
 
-    def poll(self, wait: bool = False) -> EvalDone | None:
-        """The finished evaluation, once."""
-        if wait and self._thread is not None:
-            self._thread.join()
+    def poll(self, wait: bool = False, stop: threading.Event | None = None) -> EvalDone | None:
+        """The finished evaluation, once; `wait` for one in progress, unless `stop` is set
+        first, which abandons it."""
+        while wait and self.busy:
+            if stop is not None and stop.is_set():
+                self.cancel()
+                break
+            self._thread.join(timeout=0.1)
         if self._error is not None:
             raise self._error
         out, self._result = self._result, None

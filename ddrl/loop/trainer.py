@@ -7,6 +7,7 @@ ranks stop after the same update for the same reason.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -85,7 +86,10 @@ class Trainer:
                                      self.cfg.run.max_frames)
             # Every rank knows now; its own copy of the signal may still be on the way.
             signals.job_stopping = reason == "signal"
-        return self._finish(reason)
+            # Still guarded: a signal in the final phase (Slurm's warning when the run's own
+            # time limit is close to the allocation's) cuts the final evaluation short, and
+            # the last checkpoint is written all the same.
+            return self._finish(reason, signals.event)
 
     def _compute(self) -> tuple[Batch, np.ndarray, dict[str, float], Step]:
         """The next batch and this rank's gradient on it."""
@@ -190,8 +194,8 @@ class Trainer:
                 and not ev.busy:
             ev.start(self.learner.get_weights(), c.update, c.frames, c.wall_time)
 
-    def _poll_eval(self, wait: bool) -> None:
-        done = self.evaluator.poll(wait=wait) if self.evaluator is not None else None
+    def _poll_eval(self, wait: bool, stop: threading.Event | None = None) -> None:
+        done = self.evaluator.poll(wait=wait, stop=stop) if self.evaluator is not None else None
         if done is not None:
             self._log_eval(done)
 
@@ -245,7 +249,7 @@ class Trainer:
             writing, self._writing = self._writing, None
             writing.result()
 
-    def _finish(self, reason: str) -> int:
+    def _finish(self, reason: str, signalled: threading.Event) -> int:
         # First: a backend may wait for the other ranks' last exchange (at most sync.timeout).
         final = self.sync.finish()
         if final is not None:
@@ -260,24 +264,32 @@ class Trainer:
         # One line per rank, so anyone can check that all ranks ended with the same weights.
         digest = hashlib.sha256(self.learner.get_weights().tobytes()).hexdigest()[:16]
         say(f"[ddrl] rank {self.world.rank} final weights sha256 {digest}")
-        if self.world.is_root:
-            self._finish_root(reason)
+        if self.world.is_root and not self._finish_root(reason, signalled) and code == 0:
+            # The final evaluation was cut short: a resume plays it (exit 3 is resumable).
+            code = EXIT_SIGNALLED
         # No rank exits before rank 0 has saved: launchers kill the job when the first exits.
         self.world.barrier()
         return code
 
-    def _finish_root(self, reason: str) -> None:
+    def _finish_root(self, reason: str, signalled: threading.Event) -> bool:
+        """Rank 0's end of the run: evaluations, the last checkpoint, the log closed. False
+        when a stop signal cut the final evaluation short."""
         c = self.counters
         if reason != "signal":
-            self._poll_eval(wait=True)
+            self._poll_eval(wait=True, stop=signalled)
         elif self.evaluator is not None:
             self.evaluator.cancel()
+        complete = True
         if reason in ("frames", "time") and self.cfg.eval.episodes:
             # A run that ends on its budget gets a score for its last weights.
             res = evaluate(self.cfg, self.learner, self.cfg.eval.episodes,
-                           derive_seed(self.cfg.run.seed, 0, f"final-eval/{c.update}"))
-            self._log_eval(EvalDone(c.update, c.frames, c.wall_time, res,
-                                    self.learner.get_weights()))
+                           derive_seed(self.cfg.run.seed, 0, f"final-eval/{c.update}"), signalled)
+            complete = res is not None
+            if complete:
+                self._log_eval(EvalDone(c.update, c.frames, c.wall_time, res,
+                                        self.learner.get_weights()))
+            else:
+                reason = f"{reason}; a stop signal cut its final evaluation short"
         path = self._checkpoint()
         self._writer.shutdown()
         self.log.close()
@@ -288,6 +300,7 @@ class Trainer:
                 f"optimisation diverged (try a lower optim.lr); none of them was applied; last "
                 f"good checkpoint: {good or 'none (the weights were never finite at a checkpoint)'}",
                 err=True)
-            return
+            return complete
         say(f"[ddrl] stopped ({reason}) after {c.update} updates, {c.frames:,} frames; "
             f"log {self.run_dir / 'log.h5'}, checkpoint {path}")
+        return complete

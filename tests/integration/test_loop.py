@@ -35,6 +35,8 @@ class FakeLearner:
         self.weights = np.zeros(PARAMS, np.float32)
         self.applied = 0
         self.lr = 0.1
+        self.predictions = 0
+        self.signal_at = 0  # a stop signal at this inference (only the final evaluation infers)
         self._grads = grads
         self._calls = 0
 
@@ -51,6 +53,9 @@ class FakeLearner:
 
     def predict(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Always the first action: the final evaluation's CartPole games end in ~10 steps."""
+        self.predictions += 1
+        if self.predictions == self.signal_at:
+            os.kill(os.getpid(), signal.SIGUSR1)
         return np.tile([1.0, 0.0], (len(obs), 1)), np.zeros(len(obs))
 
     def get_weights(self) -> np.ndarray:
@@ -108,7 +113,7 @@ class FakeEvaluator:
         self._done = EvalDone(update, frames, wall_time,
                               EvalResult(self._score(update), 0.0, self._score(update), 10), weights)
 
-    def poll(self, wait: bool = False) -> EvalDone | None:
+    def poll(self, wait: bool = False, stop=None) -> EvalDone | None:
         out, self._done = self._done, None
         return out
 
@@ -210,3 +215,21 @@ def test_an_evaluation_at_the_target_stops_the_run_and_keeps_the_best(tmp_path, 
     assert trainer.counters.update == stops_at
     best = checkpoint.load(tmp_path / "checkpoints" / checkpoint.BEST)
     assert best.score == rows(tmp_path, "eval")["mean_return"].max()
+
+
+def test_a_stop_signal_in_the_final_evaluation_cuts_it_short_and_still_checkpoints(tmp_path):
+    """Slurm's warning often comes while a run that hit run.max_minutes evaluates its last
+    weights: the evaluation stops, the checkpoint is written, and the exit says resumable."""
+    learner = FakeLearner()
+    learner.signal_at = 5
+    trainer = make_trainer(tmp_path, [f"run.max_frames={4 * FRAMES_PER_BATCH}",
+                                      "eval.episodes=2000"], learner=learner)
+    previous = signal.getsignal(signal.SIGUSR1)
+    try:
+        assert trainer.run() == EXIT_SIGNALLED
+        assert signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert 5 <= learner.predictions < 2000 // 16  # far fewer than the games asked for
+    assert checkpoint.load(checkpoint.latest(tmp_path / "checkpoints")).update == 4
+    assert len(rows(tmp_path, "eval")) == 0
