@@ -3,9 +3,12 @@ may use one."""
 from __future__ import annotations
 
 import datetime
+import fcntl
 import os
+import socket
 import tempfile
 from pathlib import Path
+from typing import IO
 
 from ddrl import checkpoint
 from ddrl.errors import DdrlError
@@ -51,3 +54,24 @@ def _check_writable(run_dir: Path) -> None:
     except OSError as exc:
         raise DdrlError(f"run directory {run_dir}: cannot write there "
                         f"({exc.strerror or exc}{': ' + exc.filename if exc.filename else ''})") from None
+
+
+def hold(run_dir: Path) -> IO:
+    """An exclusive lock on the run directory for as long as the returned file stays open (the
+    process's life; the kernel drops it when the process dies, however it dies), so that two
+    runs on one directory (a job array with a wrong --out, a requeued job whose old step still
+    runs) cannot both write it. flock works across hosts on NFS v4; Lustre needs `-o flock`."""
+    f = open(run_dir / ".lock", "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        owner = f.read().strip() or "another process"
+        f.close()
+        raise DdrlError(f"run directory {run_dir} is in use by another run ({owner}): wait for "
+                        "it to end, or choose another --out") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    f.flush()
+    return f

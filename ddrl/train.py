@@ -12,7 +12,7 @@ from ddrl.config import Config, load_config
 from ddrl.envs import check_env_id
 from ddrl.errors import DdrlError, EveryRankError
 from ddrl.output import say
-from ddrl.rundir import default_run_dir, prepare
+from ddrl.rundir import default_run_dir, hold, prepare
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,8 +39,10 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.out) if args.out else default_run_dir(args.job)
     if world.comm is not None:
         run_dir = Path(world.comm.bcast(str(run_dir), root=0))
+    held = None  # rank 0's lock on the run directory, for the life of this process
     try:
         resumed, problem = prepare(run_dir, args.resume, loud=world.is_root), None
+        held = hold(run_dir) if world.is_root else None
     except DdrlError as exc:
         resumed, problem = None, str(exc)
     if world.comm is not None:
@@ -58,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
             say(f"ddrl: error: rank {world.rank}: {message}", err=True)
             world.comm.Abort(2 if isinstance(exc, DdrlError) else 1)
         raise
+    finally:
+        if held is not None:
+            held.close()
 
 
 def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None) -> int:

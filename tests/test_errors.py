@@ -5,7 +5,7 @@ import os
 import subprocess
 
 import pytest
-from conftest import JOBS, NO_EVAL, ddrl, table
+from conftest import DDRL, JOBS, NO_EVAL, ROOT, ddrl, env_for_tests, table
 
 
 def assert_one_line_error(res, *needles: str) -> None:
@@ -151,3 +151,18 @@ def test_an_error_every_rank_reaches_is_reported_once_under_mpirun(override, nee
         assert (run_dir / "log.h5").read_bytes() == earlier
     else:
         assert not (run_dir / "log.h5").exists()
+
+
+def test_two_runs_on_one_directory_at_once_one_is_refused(run_dir):
+    """Started together on one --out, exactly one run proceeds; the other names the holder."""
+    args = [*DDRL, "train", str(JOBS / "cartpole.toml"), "--out", str(run_dir),
+            "--set", "run.max_frames=6000", *NO_EVAL]
+    procs = [subprocess.Popen(args, cwd=ROOT, env=env_for_tests(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [p.communicate(timeout=240) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 2], results
+    refused = next(err for (_, err), p in zip(results, procs) if p.returncode == 2)
+    assert refused.startswith(f"ddrl: error: run directory {run_dir}"), refused
+    assert "in use by another run (pid" in refused or "already holds a run" in refused, refused
+    assert len(list((run_dir / "checkpoints").glob("ckpt-*"))) == 1
