@@ -23,16 +23,6 @@ class Batch:
         return Batch(self.obs[index], self.actions[index], self.acted_at[index],
                      {k: v[index] for k, v in self.targets.items()})
 
-    @staticmethod
-    def concat(parts: list["Batch"]) -> "Batch":
-        return Batch(np.concatenate([p.obs for p in parts]),
-                     np.concatenate([p.actions for p in parts]),
-                     np.concatenate([p.acted_at for p in parts]),
-                     {k: np.concatenate([p.targets[k] for p in parts]) for k in parts[0].targets})
-
-    def split(self, n: int) -> tuple["Batch", "Batch"]:
-        return self.take(slice(None, n)), self.take(slice(n, None))
-
 
 @dataclass
 class Rollout:
