@@ -196,21 +196,19 @@ class _Request:
     env_ids: np.ndarray  # local to the actor
 
 
+# The actor's cumulative clocks, as its headers carry them.
+CLOCKS = ("t_sim", "t_idle", "t_round", "rounds")
+
+
 @dataclass
 class _ActorStats:
-    """Since the last `/ranks` row: what each actor reported and what crossed the wire."""
+    """Since the last `/ranks` row: frames and what crossed the wire; the actor's clocks as
+    its last message had them, and as they were at the last row."""
     frames: float = 0.0
-    t_sim: float = 0.0
-    t_idle: float = 0.0
-    t_round: float = 0.0
-    rounds: float = 0.0
     bytes_in: int = 0
     bytes_out: int = 0
-    # The actor's cumulative clocks at its last message, to turn them into intervals.
-    last_t_sim: float = 0.0
-    last_t_idle: float = 0.0
-    last_t_round: float = 0.0
-    last_rounds: float = 0.0
+    clocks: np.ndarray = field(default_factory=lambda: np.zeros(len(CLOCKS)))
+    marked: np.ndarray = field(default_factory=lambda: np.zeros(len(CLOCKS)))
     last_heard: float = field(default_factory=time.monotonic)
     steps_received: int = 0
 
@@ -224,7 +222,7 @@ class RemotePool:
         self.n_actions = n_actions
         self.obs_shape = obs_shape
         self.frames_per_step = frames_per_step
-        self._cfg, self._comm = cfg, comm
+        self._comm = comm
         self._n_sim = cfg.node.n_sim
         self._dtype = np.dtype(obs_dtype)
         self._row = int(np.prod(obs_shape)) * self._dtype.itemsize
@@ -240,7 +238,6 @@ class RemotePool:
         self._batches, self._batched, self._t_gather = 0, 0, 0.0
         # Set before the node's predictor thread is joined: `recv` then returns an empty step.
         self.stopping = threading.Event()
-        self.closed = False
 
     def recv(self) -> Step:
         """The next inference batch: at least one actor's step, up to `central.batch`
@@ -304,12 +301,7 @@ class RemotePool:
         if actor not in self._live:
             return None  # left out already: its simulators' unrolls were dropped
         st.frames += head["frames"]
-        st.t_sim += head["t_sim"] - st.last_t_sim
-        st.t_idle += head["t_idle"] - st.last_t_idle
-        st.t_round += head["t_round"] - st.last_t_round
-        st.rounds += head["rounds"] - st.last_rounds
-        st.last_t_sim, st.last_t_idle = head["t_sim"], head["t_idle"]
-        st.last_t_round, st.last_rounds = head["t_round"], head["rounds"]
+        st.clocks[:] = [head[name] for name in CLOCKS]
         st.bytes_in += meta_buf.nbytes + data.nbytes
         rows = data.view(self._dtype).reshape(n + truncated, *self.obs_shape)
         req = _Request(actor, int(head["group"]), meta["env_ids"].astype(np.int64))
@@ -358,12 +350,13 @@ class RemotePool:
         rows, n = [], max(updates, 1)
         for actor in sorted(self._live):
             st = self._stats[actor]
-            rows.append({"rank": actor + 1, "frames": st.frames / n, "t_sim": st.t_sim / n,
-                         "t_wait": st.t_idle / n, "t_round": st.t_round / max(st.rounds, 1),
+            t_sim, t_idle, t_round, rounds = st.clocks - st.marked
+            rows.append({"rank": actor + 1, "frames": st.frames / n, "t_sim": t_sim / n,
+                         "t_wait": t_idle / n, "t_round": t_round / max(rounds, 1),
                          "bytes_in": round(st.bytes_in / n), "bytes_out": round(st.bytes_out / n),
                          "contributed": 1})
-            st.frames, st.t_sim, st.t_idle, st.bytes_in, st.bytes_out = 0.0, 0.0, 0.0, 0, 0
-            st.t_round, st.rounds = 0.0, 0.0
+            st.frames, st.bytes_in, st.bytes_out = 0.0, 0, 0
+            st.marked[:] = st.clocks
         batches = [{"batches": self._batches, "observations": self._batched,
                     "t_gather": self._t_gather}]
         self._batches, self._batched, self._t_gather = 0, 0, 0.0
@@ -375,9 +368,6 @@ class RemotePool:
         with the job."""
         from mpi4py import MPI
 
-        if self.closed:
-            return
-        self.closed = True
         self.stopping.set()
         for actor in sorted(self._live):
             self._sends.append(self._comm.Isend(np.zeros(1, np.int64), actor + 1, STOP))

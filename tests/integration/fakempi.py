@@ -1,7 +1,8 @@
 """An in-process stand-in for mpi4py's communicator, so that ranks run as threads of one test:
 point-to-point messages matched as MPI matches them (per source and tag, in the order sent;
-a posted receive takes a message before a probe can see it), nonblocking barriers, Split,
-Bcast and Abort. Messages are copied when sent (an eager protocol)."""
+a posted receive takes a message before a probe can see it), nonblocking barriers, Split
+and Abort: what the parameter servers and their workers call. Messages are copied when sent
+(an eager protocol)."""
 from __future__ import annotations
 
 import threading
@@ -73,12 +74,6 @@ class Comm:
     def __init__(self, net: Network, rank: int):
         self.net, self.rank = net, rank
         self._barriers = 0
-
-    def Get_rank(self) -> int:
-        return self.rank
-
-    def Get_size(self) -> int:
-        return self.net.size
 
     def _check(self) -> None:
         if self.net.down:
@@ -155,9 +150,6 @@ class Comm:
                 live = set(range(self.net.size)) - self.net.dead
                 return live <= self.net.barrier_arrivals[generation]
         return Request(test)
-
-    def Bcast(self, array: np.ndarray, root: int = 0) -> None:
-        raise NotImplementedError("not needed by these tests")
 
     def Split(self, color: int, key: int) -> "Comm":
         """A communicator of this rank alone: the tests give PsSync's worker world a network
