@@ -5,6 +5,7 @@ moment leaves either the previous checkpoint or the new one, never a torn file.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import zipfile
@@ -37,11 +38,19 @@ def write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """One .npz, atomically: written to a temporary name, fsynced, renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp"
-    with open(tmp, "wb") as fh:
-        np.savez(fh, **arrays)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        # A full disk: no gigabytes of a half-written file left behind; the files written
+        # before stay as they were.
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise DdrlError(f"{path}: writing failed ({exc.strerror or exc}); the files written "
+                        "before it are intact") from None
 
 
 def read_arrays(path: Path) -> dict[str, np.ndarray]:

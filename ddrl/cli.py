@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
-from ddrl.errors import DdrlError, EveryRankError
+from ddrl.errors import DdrlError, EveryRankError, HardExitError, storage_errors
 from ddrl.output import say
 
 # command -> (module, help). Each module has `add_arguments(parser)` and `run(args) -> int`;
@@ -39,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
     try:
-        return importlib.import_module(COMMANDS[args.command][0]).run(args) or 0
+        # A full disk or quota under `ddrl analyze`'s figures or `ddrl export`'s events too.
+        with storage_errors():
+            return importlib.import_module(COMMANDS[args.command][0]).run(args) or 0
     except EveryRankError as exc:
         from ddrl.distributed.world import launcher_rank
 
@@ -48,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except DdrlError as exc:
         say(f"ddrl: error: {exc}", err=True)
+        if isinstance(exc, HardExitError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(2)
         return 2
     except KeyboardInterrupt:
         say("ddrl: interrupted", err=True)

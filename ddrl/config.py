@@ -249,11 +249,12 @@ _CHOICES = {
 # (low, high, low inclusive); None means unbounded on that side.
 _RANGES = {
     "env.sticky": (0.0, 1.0, True), "env.frame_skip": (1, None, True),
-    "env.noop_max": (0, None, True), "env.max_episode_frames": (1, None, True),
+    "env.noop_max": (0, None, True), "env.max_episode_frames": (1, 2**31 - 1, True),
     "env.size": (36, None, True),
     "env.decorrelate": (0, None, True), "env.env_threads": (0, None, True),
     # A trillion frames is years of simulation: beyond it, a typo.
     "run.max_frames": (1, 10**12, True), "run.max_minutes": (0.0, None, True),
+    "run.seed": (0, None, True),
     "run.checkpoint_minutes": (0.0, None, False), "run.keep_checkpoints": (1, None, True),
     "run.log_every": (1, None, True), "run.progress_seconds": (0.0, None, False),
     "node.n_sim": (1, 4096, True), "node.batch_size": (1, None, True),
@@ -359,9 +360,28 @@ def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
     return flat
 
 
+def flat_values(cfg: Config) -> dict[str, Any]:
+    return {f"{sec}.{k}": v for sec, body in cfg.to_dict().items() for k, v in body.items()}
+
+
+# What a run's checkpoints are the weights and optimizer state of: a resume that changes one
+# of these cannot load them, or would go on with one game's policy in another game.
+IDENTITY_KEYS = ("env.id", "env.size", "model.arch", "model.fc", "model.hidden", "algo.name",
+                 "dqn.dueling", "optim.optimizer")
+
+
+def identity_changes(cfg: Config, saved_toml: str) -> list[str]:
+    """`key: saved -> now` for each identity key `cfg` changes from a run's saved
+    config.toml (keys it lacks count at their defaults; old names are read as new)."""
+    saved = {**flat_values(Config()), **current_keys(_flatten(tomllib.loads(saved_toml), "config.toml"))}
+    now = flat_values(cfg)
+    return [f"{k} {saved.get(k)!r} in the run, {now[k]!r} now" for k in IDENTITY_KEYS
+            if saved.get(k) != now[k]]
+
+
 def validate(cfg: Config) -> None:
     """Choices, ranges and the combinations of keys that cannot work together."""
-    values = {f"{sec}.{k}": v for sec, body in cfg.to_dict().items() for k, v in body.items()}
+    values = flat_values(cfg)
     for key, choices in _CHOICES.items():
         if values[key] not in choices:
             raise DdrlError(f"config key {key}: {values[key]!r} is not one of {', '.join(choices)}")
@@ -374,6 +394,12 @@ def validate(cfg: Config) -> None:
             raise DdrlError(f"config key {key}: {v} is out of range (must be {bound} {low})")
         if high is not None and v > high:
             raise DdrlError(f"config key {key}: {v} is out of range (must be <= {high})")
+    for key in ("optim.beta1", "optim.beta2"):
+        # Adam divides by 1 - beta**t: at 1.0 the step is NaN (beta1) or zero (beta2).
+        if values[key] >= 1.0:
+            raise DdrlError(f"config key {key}: {values[key]} is out of range (must be < 1)")
+    if any(width < 1 for width in cfg.model.hidden):
+        raise DdrlError(f"config key model.hidden: {cfg.model.hidden} has a layer of no units")
     rollout = cfg.node.n_sim * cfg.node.t_max * cfg.env.frame_skip
     if cfg.node.mode == "a2c" and rollout > cfg.run.max_frames:
         raise DdrlError(f"config key run.max_frames: {cfg.run.max_frames:,} is less than one rollout "

@@ -1,4 +1,13 @@
 """The exceptions that reach users as a one-line message instead of a traceback."""
+from __future__ import annotations
+
+import contextlib
+import errno
+from collections.abc import Iterator
+
+# A full disk or quota, a read-only or vanished file system: the machine's fault, not ddrl's.
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.ESTALE,
+                   errno.ENOTCONN}
 
 
 class DdrlError(Exception):
@@ -9,3 +18,20 @@ class EveryRankError(DdrlError):
     """One that every rank of a job reaches alike, from the same job file, overrides and world
     size: only the first rank reports it, so the user reads it once, and every rank exits
     without MPI_Abort's banner."""
+
+
+class HardExitError(DdrlError):
+    """One after which the interpreter's normal exit would crash: HDF5, holding a log it
+    could not write (a full disk), segfaults when it tries again at exit. Reported, then
+    the process ends at once; what was flushed before stays readable."""
+
+
+@contextlib.contextmanager
+def storage_errors() -> Iterator[None]:
+    """A failed write to storage as a one-line error naming the file; other OSErrors pass."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _STORAGE_ERRNOS:
+            raise
+        raise DdrlError(f"{exc.filename or 'writing a file'}: {exc.strerror}") from None

@@ -7,6 +7,7 @@ from pathlib import Path
 from ddrl import checkpoint
 from ddrl.errors import DdrlError
 from ddrl.loop.evaluator import evaluate
+from ddrl.seeding import SEED_LIMIT
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,6 +22,8 @@ def run(args: argparse.Namespace) -> int:
     from ddrl.config import load_config
     from ddrl.envs import check_env_id, env_spec
 
+    if not 0 <= args.seed < SEED_LIMIT:
+        raise DdrlError(f"--seed {args.seed}: must be in [0, {SEED_LIMIT})")
     target = Path(args.target)
     if target.is_dir() and args.best:
         run_dir, ckpt_path = target, target / "checkpoints" / checkpoint.BEST

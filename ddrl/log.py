@@ -7,6 +7,7 @@ the checkpoint and swaps it in atomically, which also drops rows the resumed run
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -16,9 +17,9 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ddrl.errors import DdrlError
+from ddrl.errors import DdrlError, HardExitError
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 
 TABLES: dict[str, list[tuple[str, str]]] = {
     "train": [
@@ -59,9 +60,11 @@ TABLES: dict[str, list[tuple[str, str]]] = {
     ],
     # One row per start of the run: the first (restart 0) and each resume, with the world it
     # ran on (a restart after a lost host may have fewer ranks).
+    # damaged_log: 1 where this start found the log damaged, set it aside (log.damaged-R.h5,
+    # R this start's restart) and went on in a new one holding the rows that could be read.
     "starts": [
         ("restart", "i4"), ("update", "i8"), ("frames", "i8"), ("wall_time", "f8"),
-        ("world_size", "i4"), ("nodes", "i4"),
+        ("world_size", "i4"), ("nodes", "i4"), ("damaged_log", "i4"),
     ],
 }
 # The column that says which rows a resume from update U / frame F keeps.
@@ -83,16 +86,53 @@ def _by_name(rows: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 def _create_tables(f: h5py.File) -> None:
+    # Fletcher-32 checksums every chunk: a torn write, a bad disk or a copy gone wrong is
+    # then an error on reading, not wrong returns read as data.
     for name in TABLES:
         f.create_dataset(name, shape=(0,), maxshape=(None,), dtype=table_dtype(name),
-                         chunks=(1024,))
+                         chunks=(1024,), fletcher32=True)
+
+
+def _failure(exc: Exception) -> str:
+    """HDF5's reason (errno's message) out of its multi-line error stack."""
+    found = re.search(r"error message = '([^']*)'", str(exc))
+    return found[1] if found else str(exc).splitlines()[0]
+
+
+def _fsync(f: h5py.File) -> None:
+    os.fsync(f.id.get_vfd_handle())
+
+
+def _unused(path: Path) -> Path:
+    """`path`, or with -2, -3 ... before its suffix where that name is taken."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
+    return candidate
+
+
+def _fsync_dir(directory: Path) -> None:
+    """A rename is durable once its directory is synced."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class RunLog:
     """Append-only writer for the tables; rows buffer in memory and flush on a timer."""
 
-    def __init__(self, f: h5py.File, flush_seconds: float = 2.0):
+    def __init__(self, path: Path, f: h5py.File, flush_seconds: float = 2.0):
+        self.path = path
         self._f = f
+        # Held open for the run: a dataset's close writes its cached chunks, and one that
+        # fails there (a full disk) leaves HDF5 to crash in the next flush.
+        self._tables = {name: f[name] for name in TABLES}
+        # Set by a resume that found the log damaged: what was wrong, and where the old file went.
+        self.damaged: str | None = None
+        self.set_aside: Path | None = None
         self._pending: dict[str, list[tuple]] = {name: [] for name in TABLES}
         self._flush_seconds = flush_seconds
         self._last_flush = time.monotonic()
@@ -103,8 +143,10 @@ class RunLog:
         writer holds HDF5's exclusive lock, and a reader that opens the log in that window
         (`ddrl analyze` on a starting run) is refused; under its temporary name no one sees it."""
         f.swmr_mode = True
+        _fsync(f)
         os.replace(tmp, path)
-        return cls(f, flush_seconds)
+        _fsync_dir(path.parent)
+        return cls(path, f, flush_seconds)
 
     @classmethod
     def create(cls, path: Path, attrs: dict[str, Any], flush_seconds: float = 2.0) -> "RunLog":
@@ -120,31 +162,51 @@ class RunLog:
     @classmethod
     def resume(cls, path: Path, update: int, frames: int, restarts: int,
                attrs: dict[str, Any], flush_seconds: float = 2.0) -> "RunLog":
-        """Rebuild the log keeping rows up to the checkpoint (update, frames), then reopen it."""
+        """Rebuild the log keeping rows up to the checkpoint (update, frames), then reopen it.
+        A damaged log (cut short, a table whose checksum fails) is set aside as
+        log.damaged-RESTART.h5 and the run goes on in a new log with the rows that could be
+        read; `damaged` then says what was wrong, `set_aside` where the old file went."""
         tmp = path.with_suffix(".h5.tmp")
         new = h5py.File(tmp, "w", libver="latest")
+        damaged = None
         try:
-            with open_log(path) as old:
-                _create_tables(new)
-                for k, v in old.attrs.items():
+            _create_tables(new)
+            try:
+                old = open_log(path)
+            except DdrlError as exc:
+                old, damaged = None, str(exc)
+            with old if old is not None else contextlib.nullcontext():
+                for k, v in old.attrs.items() if old is not None else ():
                     new.attrs[k] = v
                 for name in TABLES:
-                    if name not in old:
+                    if old is None or name not in old:
                         continue
-                    rows = old[name][:]
+                    try:
+                        rows = read_table(old, name)
+                    except DdrlError as exc:
+                        damaged = str(exc)
+                        continue
                     limit = frames if _RESUME_KEY[name] == "frames" else update
                     rows = rows[rows[_RESUME_KEY[name]] <= limit]
                     new[name].resize((len(rows),))
                     new[name][:] = _by_name(rows, table_dtype(name))
-                new.attrs["restarts"] = restarts
-                for k, v in attrs.items():
-                    new.attrs[k] = v
+            # The rebuilt tables are of this version (checksums, new columns).
+            new.attrs["format_version"] = FORMAT_VERSION
+            new.attrs["restarts"] = restarts
+            for k, v in attrs.items():
+                new.attrs[k] = v
         except BaseException:
             # The old log stays as it was; a half-built copy must not be left open or behind.
             new.close()
             tmp.unlink(missing_ok=True)
             raise
-        return cls._publish(tmp, path, new, flush_seconds)
+        aside = None
+        if damaged is not None:
+            aside = _unused(path.with_name(f"{path.stem}.damaged-{restarts}{path.suffix}"))
+            os.replace(path, aside)
+        log = cls._publish(tmp, path, new, flush_seconds)
+        log.damaged, log.set_aside = damaged, aside
+        return log
 
     def append(self, table: str, row: dict[str, Any]) -> None:
         dtype = table_dtype(table)
@@ -152,21 +214,29 @@ class RunLog:
         if time.monotonic() - self._last_flush >= self._flush_seconds:
             self.flush()
 
-    def flush(self) -> None:
-        for name, rows in self._pending.items():
-            if not rows:
-                continue
-            ds = self._f[name]
-            n = ds.shape[0]
-            ds.resize((n + len(rows),))
-            ds[n:] = np.array(rows, dtype=table_dtype(name))
-            rows.clear()
-        self._f.flush()
+    def flush(self, sync: bool = False) -> None:
+        """`sync`: also to the disk (fsync), not only to the kernel."""
+        try:
+            for name, rows in self._pending.items():
+                if not rows:
+                    continue
+                ds = self._tables[name]
+                n = ds.shape[0]
+                ds.resize((n + len(rows),))
+                ds[n:] = np.array(rows, dtype=table_dtype(name))
+                rows.clear()
+            self._f.flush()
+            if sync:
+                _fsync(self._f)
+        except (OSError, RuntimeError) as exc:
+            # A full disk or quota, a vanished file system: what was flushed before stays
+            # readable (SWMR writes whole chunks), and the run ends on this one line.
+            raise HardExitError(f"{self.path}: writing the log failed ({_failure(exc)})") from None
         self._last_flush = time.monotonic()
 
     def close(self) -> None:
         if self._f.id.valid:
-            self.flush()
+            self.flush(sync=True)
             self._f.close()
 
 
@@ -191,6 +261,10 @@ def open_log(path: str | Path) -> h5py.File:
 
 
 def read_table(f: h5py.File, name: str) -> np.ndarray:
-    ds = f[name]
-    ds.refresh()
-    return ds[:]
+    try:
+        ds = f[name]
+        ds.refresh()
+        return ds[:]
+    except (OSError, RuntimeError, KeyError, ValueError) as exc:
+        raise DdrlError(f"{f.filename}: table /{name} of the log is damaged "
+                        f"({_failure(exc)})") from None

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import IO
 
 from ddrl import checkpoint
+from ddrl.config import Config, identity_changes
 from ddrl.errors import DdrlError
+from ddrl.log import open_log
 from ddrl.output import say
 
 
@@ -27,9 +29,15 @@ def default_run_dir(job: str) -> Path:
     return Path("runs") / f"{stem}-{tag}"
 
 
-def prepare(run_dir: Path, resume: bool, loud: bool) -> checkpoint.Checkpoint | None:
-    """The checkpoint to resume from; refuses to write over an existing run's log."""
+def prepare(run_dir: Path, resume: bool, loud: bool, cfg: Config) -> checkpoint.Checkpoint | None:
+    """The checkpoint to resume from; refuses to write over an existing run's log, and a
+    resume whose job changes what the checkpoints are of."""
     if resume:
+        saved = run_dir / "config.toml"
+        changes = identity_changes(cfg, saved.read_text()) if saved.is_file() else []
+        if changes:
+            raise DdrlError(f"--resume: this job does not fit the run in {run_dir} "
+                            f"({'; '.join(changes)}): resume it with its own job file")
         path, ckpt, damaged = checkpoint.latest_intact(run_dir / "checkpoints")
         if ckpt is None:
             detail = f" ({len(damaged)} damaged: {damaged[0]})" if damaged else ""
@@ -38,9 +46,16 @@ def prepare(run_dir: Path, resume: bool, loud: bool) -> checkpoint.Checkpoint | 
             say(f"[ddrl] skipped: {line}; resuming from {path.name}", err=True)
         if not (run_dir / "log.h5").is_file():
             raise DdrlError(f"--resume: {run_dir / 'log.h5'} is missing")
+        # Two resumes from one checkpoint (the first failed before its next one) are two
+        # restarts: new random streams, a true count.
+        ckpt.restarts = max(ckpt.restarts, _logged_restarts(run_dir / "log.h5"))
         return ckpt
     if (run_dir / "log.h5").exists():
         raise DdrlError(f"{run_dir} already holds a run: pass --resume, or choose another --out")
+    if checkpoint.latest(run_dir / "checkpoints") is not None:
+        # Rotation would keep the old run's higher-numbered files over the new run's.
+        raise DdrlError(f"{run_dir / 'checkpoints'} holds an earlier run's checkpoints (its "
+                        "log.h5 is gone): move them away, or choose another --out")
     _check_writable(run_dir)
     return None
 
@@ -56,11 +71,24 @@ def _check_writable(run_dir: Path) -> None:
                         f"({exc.strerror or exc}{': ' + exc.filename if exc.filename else ''})") from None
 
 
+def _logged_restarts(path: Path) -> int:
+    """The restart the log last started (0 for a log too damaged to say: the resume sets it
+    aside)."""
+    try:
+        with open_log(path) as f:
+            return int(f.attrs.get("restarts", 0))
+    except (DdrlError, OSError):
+        return 0
+
+
 def hold(run_dir: Path) -> IO:
     """An exclusive lock on the run directory for as long as the returned file stays open (the
     process's life; the kernel drops it when the process dies, however it dies), so that two
     runs on one directory (a job array with a wrong --out, a requeued job whose old step still
-    runs) cannot both write it. flock works across hosts on NFS v4; Lustre needs `-o flock`."""
+    runs) cannot both write it. Taken before the directory is looked at, so that two runs
+    started together cannot both find it free. flock works across hosts on NFS v4; Lustre
+    needs `-o flock`."""
+    _check_writable(run_dir)
     f = open(run_dir / ".lock", "a+")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

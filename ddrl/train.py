@@ -10,9 +10,10 @@ from pathlib import Path
 from ddrl import checkpoint
 from ddrl.config import Config, load_config
 from ddrl.envs import check_env_id
-from ddrl.errors import DdrlError, EveryRankError
+from ddrl.errors import DdrlError, EveryRankError, storage_errors
 from ddrl.output import say
 from ddrl.rundir import default_run_dir, hold, prepare
+from ddrl.signals import StopSignals
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,6 +26,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # From here to the process's end a stop signal (Slurm's time-limit warning, scancel) is
+    # a request: one during start-up stops the run at its first update, with a checkpoint.
+    with StopSignals() as signals:
+        return _run(args, signals)
+
+
+def _run(args: argparse.Namespace, signals: StopSignals) -> int:
     from ddrl.distributed.backends import check_world
     from ddrl.distributed.world import discover, launcher_rank
 
@@ -41,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
         run_dir = Path(world.comm.bcast(str(run_dir), root=0))
     held = None  # rank 0's lock on the run directory, for the life of this process
     try:
-        resumed, problem = prepare(run_dir, args.resume, loud=world.is_root), None
         held = hold(run_dir) if world.is_root else None
+        resumed, problem = prepare(run_dir, args.resume, world.is_root, cfg), None
     except DdrlError as exc:
         resumed, problem = None, str(exc)
     if world.comm is not None:
@@ -52,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         raise EveryRankError(problem)
     try:
-        return _train(cfg, world, run_dir, resumed)
+        with storage_errors():
+            return _train(cfg, world, run_dir, resumed, signals)
     except BaseException as exc:
         if world.size > 1 and not isinstance(exc, SystemExit):
             # The other ranks would wait in the next collective (and MPI_Finalize) forever.
@@ -65,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
             held.close()
 
 
-def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None) -> int:
+def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None,
+           signals: StopSignals) -> int:
     from ddrl.cpus import configure_tensorflow, cores_per_rank
 
     restarts = ckpt.restarts + 1 if ckpt is not None else 0
@@ -76,8 +86,11 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
         central_comm = central.split(world)
         restarts = central.share_restarts(world, restarts)
         if central.is_actor(cfg, world):
-            # Simulators only: an actor rank never loads TensorFlow.
-            return central.run_actor(cfg, world, restarts)
+            # Simulators only: an actor rank never loads TensorFlow. It goes on until the
+            # learner, which checkpoints, stops it, whatever signals it receives.
+            code = central.run_actor(cfg, world, restarts)
+            signals.job_stopping = True
+            return code
     configure_tensorflow(cores_per_rank(cfg.node.threads, world.local_size),
                          deterministic=cfg.node.mode in ("a2c", "dqn"))
     import tensorflow as tf
@@ -99,8 +112,11 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
     if is_server(cfg, world):
         from ddrl.distributed.ps_server import serve
 
-        # A parameter server holds a slice of the weights and runs no simulators.
-        return serve(cfg, world, *spec)
+        # A parameter server holds a slice of the weights and runs no simulators; it leaves
+        # after the workers, whatever signals it receives.
+        code = serve(cfg, world, *spec)
+        signals.job_stopping = True
+        return code
     learner = Learner(cfg, *spec, workers=trainer_ranks(cfg, world.size))
     if central_comm is not None:
         pool = central.RemotePool(cfg, world.comm, world.size - 1, *spec, frames_per_step(cfg))
@@ -111,6 +127,10 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
     if ckpt is not None:
         counters = Counters(ckpt.update, ckpt.frames, ckpt.wall_time, restarts)
         if world.is_root:
+            if ckpt.weights.size != learner.num_params:
+                raise DdrlError(f"--resume: the checkpoint in {run_dir / 'checkpoints'} holds "
+                                f"{ckpt.weights.size:,} weights, this job's model "
+                                f"{learner.num_params:,}: resume it with its own job file")
             learner.set_weights(ckpt.weights)
             learner.set_optimizer_state(ckpt.optimizer)
     learner.share_root_state(sync.broadcast)
@@ -128,12 +148,15 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
         else:
             log = RunLog.resume(run_dir / "log.h5", counters.update, counters.frames,
                                 counters.restarts, attrs)
+            if log.damaged:
+                say(f"[ddrl] {log.damaged}: set aside as {log.set_aside.name}; "
+                    "the run goes on in a new log with the rows that could be read", err=True)
         log.append("starts", {"restart": counters.restarts, "update": counters.update,
                               "frames": counters.frames, "wall_time": counters.wall_time,
-                              "world_size": world.size, "nodes": world.hosts})
+                              "world_size": world.size, "nodes": world.hosts,
+                              "damaged_log": int(log.damaged is not None)})
         if cfg.eval.episodes:
-            evaluator = BackgroundEvaluator(cfg, lambda: Learner(cfg, *spec),
-                                            derive_seed(cfg.run.seed, 0, "eval"))
+            evaluator = BackgroundEvaluator(cfg, lambda: Learner(cfg, *spec))
         say(f"[ddrl] {cfg.env.id} {cfg.node.mode} x {world.size} rank(s) on {world.hosts} "
             f"host(s), {learner.num_params:,} parameters, sync {sync.name}, "
             f"run directory {run_dir}" + (f" (resumed at update {counters.update})"
@@ -144,11 +167,12 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
         actors = CentralActors(cfg, learner, counters.restarts, pool)
     else:
         actors = actors_class(cfg)(cfg, learner, world.rank, counters.restarts)
+    actors.check_memory(world.local_size)
     actors.update = counters.update
     if ckpt is not None:
         actors.restore_state(run_dir / "checkpoints", counters.update)
     trainer = Trainer(cfg, world, learner, actors, sync, run_dir, counters, log, evaluator)
     try:
-        return trainer.run()
+        return trainer.run(signals)
     finally:
         sync.close()

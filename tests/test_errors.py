@@ -4,8 +4,12 @@ from __future__ import annotations
 import os
 import subprocess
 
+import h5py
+import numpy as np
 import pytest
 from conftest import DDRL, JOBS, NO_EVAL, ROOT, ddrl, env_for_tests, table
+
+from ddrl import checkpoint
 
 
 def assert_one_line_error(res, *needles: str) -> None:
@@ -163,6 +167,62 @@ def test_two_runs_on_one_directory_at_once_one_is_refused(run_dir):
     codes = sorted(p.returncode for p in procs)
     assert codes == [0, 2], results
     refused = next(err for (_, err), p in zip(results, procs) if p.returncode == 2)
-    assert refused.startswith(f"ddrl: error: run directory {run_dir}"), refused
+    # Refused by the lock, or (where the first run ended before the second started) by its log.
+    assert refused.startswith("ddrl: error: ") and str(run_dir) in refused, refused
     assert "in use by another run (pid" in refused or "already holds a run" in refused, refused
     assert len(list((run_dir / "checkpoints").glob("ckpt-*"))) == 1
+
+
+def test_a_full_disk_is_one_line_and_keeps_the_log_and_checkpoints(tmp_path):
+    """A quota or a full scratch file system mid-run: HDF5 crashed the process before."""
+    if os.geteuid() != 0:
+        pytest.skip("a small tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", disk], check=True)
+    try:
+        run_dir = disk / "run"
+        res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", "run.max_minutes=3",
+                   "--set", "run.checkpoint_minutes=0.05", "--set", "eval.target=none",
+                   timeout=300)
+        assert_one_line_error(res, "No space left on device", str(run_dir))
+        assert len(table(run_dir, "train")) > 0  # what was flushed reads
+        saved = sorted((run_dir / "checkpoints").glob("ckpt-*.npz"))
+        assert saved and all(checkpoint.load(p).update > 0 for p in saved)
+        assert not list((run_dir / "checkpoints").glob(".*.tmp"))
+    finally:
+        subprocess.run(["umount", "-l", disk], check=True)
+
+
+def test_a_resume_that_does_not_fit_the_run_names_the_key_and_writes_nothing(run_dir):
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", "run.max_frames=2000",
+               *NO_EVAL, timeout=120)
+    assert res.returncode == 0, res.stderr
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    assert_one_line_error(ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--resume",
+                               "--set", "model.hidden=[32,32]", timeout=60),
+                          "model.hidden [64, 64] in the run, [32, 32] now")
+    assert_one_line_error(ddrl("train", JOBS / "pong-ppo.toml", "--out", run_dir, "--resume",
+                               timeout=60), "env.id 'CartPole-v1' in the run, 'ALE/Pong-v5' now")
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_a_damaged_log_is_reported_and_a_resume_sets_it_aside(run_dir):
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", "run.max_frames=6000",
+               *NO_EVAL, timeout=120)
+    assert res.returncode == 0, res.stderr
+    log = run_dir / "log.h5"
+    with h5py.File(log, "r") as f:
+        offset = f["episodes"].id.get_chunk_info(0).byte_offset
+    data = bytearray(log.read_bytes())
+    data[offset:offset + 64] = np.random.default_rng(0).bytes(64)
+    log.write_bytes(bytes(data))
+    assert_one_line_error(ddrl("analyze", run_dir, timeout=60), "table /episodes", "damaged")
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--resume",
+               "--set", "run.max_frames=8000", *NO_EVAL, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "set aside as log.damaged-1.h5" in res.stderr, res.stderr
+    assert (run_dir / "log.damaged-1.h5").read_bytes() == bytes(data)
+    starts = table(run_dir, "starts")
+    assert starts["restart"].tolist() == [0, 1] and starts["damaged_log"].tolist() == [0, 1]
+    assert len(table(run_dir, "train")) > 0 and len(table(run_dir, "episodes")) > 0

@@ -189,6 +189,31 @@ def test_warning_signal_checkpoints_requeues_and_resumes(slurm_cluster, tmp_path
     assert list(starts["restart"][:2]) == [0, 1] and list(starts["world_size"][:2]) == [2, 2]
 
 
+def test_a_warning_during_the_final_evaluation_checkpoints_requeues_and_completes(
+        slurm_cluster, tmp_path):
+    """The run's own budget ends close to the allocation's: Slurm's warning arrives while
+    rank 0 plays its final evaluation. The final checkpoint is already written (before
+    anything long); the evaluation stops, the job requeues, and the resume plays it."""
+    out = tmp_path / "run"
+    job = slurm_cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),
+                               "--set", "run.max_frames=8000", "--set", "eval.target=none",
+                               "--set", "eval.episodes=10000", "--set", "eval.every=1000000")
+    deadline = time.monotonic() + 120
+    while (path := checkpoint.latest(out / "checkpoints")) is None or \
+            checkpoint.load(path).frames < 8000:
+        assert time.monotonic() < deadline and slurm_cluster.state(job) in ("PENDING", "RUNNING")
+        time.sleep(0.2)
+    slurm_cluster.run("scancel", "--signal=USR1", "--batch", job)
+    [result] = slurm_cluster.wait(job, timeout=300)
+    text = result.text()
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), text
+    assert f"job {job} requeued" in text and "a stop signal cut its final evaluation short" in text
+    with h5py.File(out / "log.h5", "r", swmr=True) as f:
+        starts, evals = f["starts"][:], f["eval"][:]
+    assert starts["restart"].tolist() == [0, 1]
+    assert len(evals) == 1 and evals["episodes"][0] == 10000  # the resume's, complete
+
+
 def test_cancel_checkpoints_and_the_job_stays_cancelled(slurm_cluster, tmp_path):
     out = tmp_path / "run"
     job = slurm_cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),

@@ -30,6 +30,10 @@ class Actors:
         self._episodes: list[tuple[float, int]] = []
         self._lock = threading.Lock()
 
+    def check_memory(self, local_ranks: int) -> None:
+        """Refuse now a run whose memory this node cannot hold when full (hours later, as an
+        OOM kill). On-policy actors hold a rollout or two: nothing to check."""
+
     def make_pool(self, name: str, num_envs: int, batch_size: int = 0):
         tag = f"{name}/{self._restart}"
         return make_pool(self.cfg, num_envs, derive_seed(self.cfg.run.seed, self.rank, tag),

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -140,6 +140,25 @@ class Samplers:
             pool.close()
 
 
+def _available_memory() -> int | None:
+    """What this process can allocate without swapping: the kernel's MemAvailable, or less
+    where its cgroup (v2) has a memory limit, as Slurm's task/cgroup plugin sets one."""
+    found = []
+    try:
+        with open("/proc/meminfo") as f:
+            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+        with open("/proc/self/cgroup") as f:
+            group = f.read().strip().rpartition("::")[2]
+        with open(f"/sys/fs/cgroup{group}/memory.max") as f:
+            limit = f.read().strip()
+        if limit.isdigit():
+            with open(f"/sys/fs/cgroup{group}/memory.current") as f:
+                found.append(int(limit) - int(f.read()))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
 class DQNActors(Actors):
     def __init__(self, cfg: Config, learner: Learner, rank: int, restart: int):
         super().__init__(cfg, learner, rank, restart)
@@ -159,21 +178,34 @@ class DQNActors(Actors):
         self._credit = 0
         self._since_target = 0
         self._left = 0
-        self._sampler: threading.Thread | None = None
-        self._pending = Experience()
+        # A future, not a bare thread: an exception in the sampler reaches the trainer at
+        # the next period instead of leaving it training on a memory that stopped growing.
+        self._sampler_thread = ThreadPoolExecutor(1, thread_name_prefix="ddrl-dqn-sampler")
+        self._sampler: Future | None = None
+
+    def check_memory(self, local_ranks: int) -> None:
+        need = self.memory.nbytes * local_ranks
+        available = _available_memory()
+        if available is not None and need > available:
+            raise DdrlError(
+                f"config key dqn.replay_frames: {self.cfg.dqn.replay_frames:,} frames need "
+                f"{self.memory.nbytes / 2**30:.2f} GiB per rank, {need / 2**30:.2f} GiB for "
+                f"this node's {local_ranks} rank(s), and it has {available / 2**30:.2f} GiB "
+                "available: lower it, or run fewer ranks per node")
 
     def start(self, stopping) -> None:
         """Prepopulation with uniformly random actions; at least n + 1 rounds, so that every
         stream has a transition with its n following steps. A stop signal cuts it short
-        (the first update then carries the stop to every rank)."""
+        (the first update then carries the stop to every rank). A memory restored from a
+        run stopped during its prepopulation is filled up to dqn.prepopulate."""
         # The simulators start new games: in a restored memory too, each stream goes on
         # with a new game's stack.
         self.memory.begin(*self.samplers.first)
-        if self._restored:
-            return
         a = self.cfg.dqn
-        rounds = max(math.ceil(max(a.prepopulate, self.cfg.node.batch_size) / self.samplers.size),
-                     a.n_step + 1)
+        missing = max(a.prepopulate, self.cfg.node.batch_size) - self.memory.transitions
+        if self._restored and missing <= 0:
+            return
+        rounds = max(math.ceil(missing / self.samplers.size), a.n_step + 1)
         # In chunks: a buffered step holds whole observation stacks, four times what the
         # memory keeps of it.
         for chunk in range(0, rounds, PREPOPULATE_CHUNK):
@@ -254,18 +286,11 @@ class DQNActors(Actors):
         if self._left >= 0:
             return
         if self._sampler is not None:
-            self._sampler.join()
-        self._store(self._pending)
+            self._store(self._sampler.result())
         self.target.load(self.learner.get_weights())
         rounds = math.ceil(a.target_period / self.samplers.size)
-        eps, acted_at = self._epsilon(), self.update
-
-        def sample() -> None:
-            self._pending = self.samplers.collect(rounds, self.target.predict, eps, acted_at)
-
-        self._pending = Experience()
-        self._sampler = threading.Thread(target=sample, name="ddrl-dqn-sampler", daemon=True)
-        self._sampler.start()
+        self._sampler = self._sampler_thread.submit(
+            self.samplers.collect, rounds, self.target.predict, self._epsilon(), self.update)
         self._left = a.target_period // a.train_period - 1
 
     def _minibatch(self) -> Batch:
@@ -285,5 +310,6 @@ class DQNActors(Actors):
     def close(self) -> None:
         self.samplers.stopped.set()
         if self._sampler is not None:
-            self._sampler.join()
+            self._sampler.result()
+        self._sampler_thread.shutdown()
         self.samplers.close()

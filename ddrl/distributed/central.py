@@ -42,7 +42,6 @@ from ddrl.envs import Step, make_pool
 from ddrl.errors import DdrlError
 from ddrl.output import say
 from ddrl.seeding import derive_seed, rng
-from ddrl.signals import StopSignals
 
 # Message tags; each (source, tag) pair is FIFO in MPI. A group's actions come on
 # ACTIONS + group, so the replies to several groups in flight cannot be confused.
@@ -148,34 +147,31 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
         steps_sent += 1
         group.sent_at = time.perf_counter()
 
-    # Slurm signals every rank; an actor goes on until the learner, which checkpoints, stops it.
-    with StopSignals() as signals:
-        for group in groups:
-            step_and_send(group, first=True)
-        last_heard = time.monotonic()
-        while not stop_request.Test():
-            sends = [r for r in sends if not r.Test()]
-            ready = [g for g in groups if g.request.Test()]
-            for group in ready:
-                step_and_send(group, first=False)
-            if ready:
-                last_heard = time.monotonic()
-                backoff.reset()
-                continue
-            if time.monotonic() - last_heard > deadline:
-                abort(comm, f"actor rank {world.rank}: no actions from the learner for "
-                            f"{deadline:.0f} s (2 x sync.timeout + 10 s): the learner is gone")
-            t0 = time.perf_counter()
-            backoff.sleep()
-            t_idle += time.perf_counter() - t0
-        signals.job_stopping = True
-        # The learner receives what is still on the way (it knows how much from the count),
-        # so every send completes before MPI_Finalize.
-        sends.append(comm.Isend(np.array([steps_sent], np.int64), LEARNER, STOP))
-        for group in groups:
-            group.request.Cancel()
-            group.request.Wait()
-        MPI.Request.Waitall(sends)
+    for group in groups:
+        step_and_send(group, first=True)
+    last_heard = time.monotonic()
+    while not stop_request.Test():
+        sends = [r for r in sends if not r.Test()]
+        ready = [g for g in groups if g.request.Test()]
+        for group in ready:
+            step_and_send(group, first=False)
+        if ready:
+            last_heard = time.monotonic()
+            backoff.reset()
+            continue
+        if time.monotonic() - last_heard > deadline:
+            abort(comm, f"actor rank {world.rank}: no actions from the learner for "
+                        f"{deadline:.0f} s (2 x sync.timeout + 10 s): the learner is gone")
+        t0 = time.perf_counter()
+        backoff.sleep()
+        t_idle += time.perf_counter() - t0
+    # The learner receives what is still on the way (it knows how much from the count),
+    # so every send completes before MPI_Finalize.
+    sends.append(comm.Isend(np.array([steps_sent], np.int64), LEARNER, STOP))
+    for group in groups:
+        group.request.Cancel()
+        group.request.Wait()
+    MPI.Request.Waitall(sends)
     for group in groups:
         group.pool.close()
     loaded = "tensorflow" in sys.modules

@@ -48,7 +48,6 @@ from ddrl.distributed.world import World
 from ddrl.learner import Learner
 from ddrl.optim import get_moments, make_optimizer, set_moments
 from ddrl.output import quiet_first_call, say
-from ddrl.signals import StopSignals
 
 
 def serve(cfg: Config, world: World, obs_shape: tuple[int, ...], obs_dtype, num_actions: int) -> int:
@@ -98,14 +97,10 @@ class ParameterServer:
             lambda g: self._opt.apply_gradients([(g, self._var)]), jit_compile=True,
             input_signature=[tf.TensorSpec((hi - lo,), tf.float32)]))
         self._weights = self._var.numpy()
-        # Slurm signals every rank; the workers stop in order and a server leaves after them.
-        with StopSignals() as signals:
-            if self.index == 0:
-                self._lead()
-            else:
-                self._follow()
-            # The workers have left, maybe on a signal that has yet to reach this rank.
-            signals.job_stopping = True
+        if self.index == 0:
+            self._lead()
+        else:
+            self._follow()
         wait_all(self._sends, self._timeout)
         st = self.status
         # Before the barrier: output written just before a rank exits can be lost by mpirun.

@@ -9,6 +9,7 @@ import numpy as np
 
 from ddrl.config import Config
 from ddrl.envs import make_pool
+from ddrl.seeding import derive_seed
 
 MAX_EVAL_SIMS = 16
 
@@ -68,10 +69,9 @@ class BackgroundEvaluator:
     """Rank 0 evaluates a snapshot of the weights on its own thread and model copy, so the
     other ranks never wait for it in the all-reduce (the paper used a separate node)."""
 
-    def __init__(self, cfg: Config, learner_factory, seed: int):
+    def __init__(self, cfg: Config, learner_factory):
         self._cfg = cfg
         self._learner = learner_factory()
-        self._seed = seed
         self._thread: threading.Thread | None = None
         self._result: EvalDone | None = None
         self._error: BaseException | None = None
@@ -86,8 +86,8 @@ class BackgroundEvaluator:
 
         def work():
             try:
-                res = evaluate(self._cfg, self._learner, self._cfg.eval.episodes, self._seed + update,
-                               self._stop)
+                seed = derive_seed(self._cfg.run.seed, 0, f"eval/{update}")
+                res = evaluate(self._cfg, self._learner, self._cfg.eval.episodes, seed, self._stop)
                 if res is not None:
                     self._result = EvalDone(update, frames, wall_time, res, weights)
             except BaseException as exc:

@@ -71,25 +71,26 @@ class Trainer:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="ddrl-checkpoint")
         self._writing: Future | None = None
 
-    def run(self) -> int:
-        with StopSignals() as signals:
-            self.actors.start(lambda: signals.received is not None)
-            reason = None
-            while reason is None:
-                batch, grad, stats, step = self._compute()
-                res = self.sync.update(grad, self._side_channel(signals.received is not None, step))
-                self._apply(res.update)
-                side = self._account(step, res)
-                if self.world.is_root:
-                    self._root_duties(batch, stats, step, res, side["ranks"])
-                reason = stop_reason(side, self._nonfinite_streak, self.counters.frames,
-                                     self.cfg.run.max_frames)
-            # Every rank knows now; its own copy of the signal may still be on the way.
-            signals.job_stopping = reason == "signal"
-            # Still guarded: a signal in the final phase (Slurm's warning when the run's own
-            # time limit is close to the allocation's) cuts the final evaluation short, and
-            # the last checkpoint is written all the same.
-            return self._finish(reason, signals.event)
+    def run(self, signals: StopSignals) -> int:
+        """`signals` is installed by the caller for the whole process: a signal during
+        start-up stops the run at its first update, with a checkpoint."""
+        self.actors.start(lambda: signals.received is not None)
+        reason = None
+        while reason is None:
+            batch, grad, stats, step = self._compute()
+            res = self.sync.update(grad, self._side_channel(signals.received is not None, step))
+            self._apply(res.update)
+            side = self._account(step, res)
+            if self.world.is_root:
+                self._root_duties(batch, stats, step, res, side["ranks"])
+            reason = stop_reason(side, self._nonfinite_streak, self.counters.frames,
+                                 self.cfg.run.max_frames)
+        # Every rank knows now; its own copy of the signal may still be on the way.
+        signals.job_stopping = reason == "signal"
+        # Still guarded: a signal in the final phase (Slurm's warning when the run's own
+        # time limit is close to the allocation's) cuts the final evaluation short, and
+        # the last checkpoint is written all the same.
+        return self._finish(reason, signals.event)
 
     def _compute(self) -> tuple[Batch, np.ndarray, dict[str, float], Step]:
         """The next batch and this rank's gradient on it."""
@@ -257,6 +258,10 @@ class Trainer:
             if self.world.is_root:
                 self._log_rows(final.rows)
         self.actors.close()
+        # The weights first, before anything long (a replay memory's gigabytes, the final
+        # evaluation): a full disk or the batch system's kill then costs the rest, not them.
+        path = self._checkpoint() if self.world.is_root else None
+        self._writer.shutdown()
         if reason != "nonfinite":
             # Every rank stops at this update, which the final checkpoint holds.
             self.actors.save_state(self.run_dir / "checkpoints", self.counters.update)
@@ -264,16 +269,16 @@ class Trainer:
         # One line per rank, so anyone can check that all ranks ended with the same weights.
         digest = hashlib.sha256(self.learner.get_weights().tobytes()).hexdigest()[:16]
         say(f"[ddrl] rank {self.world.rank} final weights sha256 {digest}")
-        if self.world.is_root and not self._finish_root(reason, signalled) and code == 0:
+        if self.world.is_root and not self._finish_root(reason, signalled, path) and code == 0:
             # The final evaluation was cut short: a resume plays it (exit 3 is resumable).
             code = EXIT_SIGNALLED
         # No rank exits before rank 0 has saved: launchers kill the job when the first exits.
         self.world.barrier()
         return code
 
-    def _finish_root(self, reason: str, signalled: threading.Event) -> bool:
-        """Rank 0's end of the run: evaluations, the last checkpoint, the log closed. False
-        when a stop signal cut the final evaluation short."""
+    def _finish_root(self, reason: str, signalled: threading.Event, path: Path | None) -> bool:
+        """Rank 0's end of the run after its last checkpoint (`path`): evaluations, the log
+        closed. False when a stop signal cut the final evaluation short."""
         c = self.counters
         if reason != "signal":
             self._poll_eval(wait=True, stop=signalled)
@@ -290,8 +295,6 @@ class Trainer:
                                         self.learner.get_weights()))
             else:
                 reason = f"{reason}; a stop signal cut its final evaluation short"
-        path = self._checkpoint()
-        self._writer.shutdown()
         self.log.close()
         self.progress.maybe_print(c.frames, c.wall_time, c.update, final=True)
         if reason == "nonfinite":

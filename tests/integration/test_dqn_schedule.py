@@ -102,7 +102,42 @@ def test_concurrent_mode_stores_a_period_at_the_next_target_update_acted_by_the_
         growth = np.diff(stored)
         assert growth.tolist() == [0, 0, 0, 0, 8, 0, 0, 0, 8, 0, 0, 0]
         assert target.loads == [0, 4, 8]
-        a._sampler.join()
+        a._sampler.result()
         assert target.calls > 0  # the sampler acts with the target network
     finally:
         a.close()
+
+
+def test_an_error_in_the_concurrent_sampler_reaches_the_trainer():
+    """Not a thread that dies alone, leaving the trainer on a memory that stopped growing."""
+    a, learner = actors(["dqn.samplers=2", "dqn.train_period=2", "dqn.target_period=8",
+                         "dqn.concurrent=true", "dqn.synchronized=false"])
+
+    def broken(*args):
+        raise RuntimeError("the simulator went away")
+
+    a.samplers.collect = broken
+    try:
+        with pytest.raises(RuntimeError, match="the simulator went away"):
+            train(a, learner, 8)
+    finally:
+        with pytest.raises(RuntimeError):
+            a.close()
+
+
+def test_a_memory_restored_below_prepopulate_is_filled_up_to_it(tmp_path):
+    """A run stopped during its prepopulation saved a small memory: the resume fills it."""
+    sets = ["dqn.save_replay=true", "dqn.prepopulate=400"]
+    a, _ = actors(sets)
+    a.close()
+    a.save_state(tmp_path, 0)
+    cfg = load_config(JOBS / "cartpole-dqn.toml", ["node.batch_size=8", "dqn.replay_frames=5000",
+                                                 "dqn.save_replay=true", "dqn.prepopulate=1000"])
+    b = DQNActors(cfg, Learner(cfg), rank=0, restart=1)
+    b.restore_state(tmp_path, 0)
+    assert 300 <= b.memory.transitions < 1000  # a few dropped per stream (see restore)
+    b.start(lambda: False)
+    try:
+        assert b.memory.transitions >= 1000
+    finally:
+        b.close()

@@ -20,6 +20,7 @@ from ddrl.log import RunLog
 from ddrl.loop.bookkeeping import NONFINITE_LIMIT, Counters
 from ddrl.loop.evaluator import EvalDone, EvalResult
 from ddrl.loop.trainer import EXIT_NONFINITE, EXIT_SIGNALLED, Trainer
+from ddrl.signals import StopSignals
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
 
@@ -131,6 +132,12 @@ def make_trainer(tmp_path: Path, sets: list[str], learner=None, actors=None, eva
     return trainer
 
 
+def run(trainer: Trainer) -> int:
+    """As `ddrl train` runs it: the stop signals are the process's for the whole run."""
+    with StopSignals() as signals:
+        return trainer.run(signals)
+
+
 def rows(tmp_path: Path, table: str) -> np.ndarray:
     with h5py.File(tmp_path / "log.h5", "r") as f:
         return f[table][:]
@@ -138,7 +145,7 @@ def rows(tmp_path: Path, table: str) -> np.ndarray:
 
 def test_stops_on_frames_with_a_checkpoint_of_the_last_update(tmp_path):
     trainer = make_trainer(tmp_path, [f"run.max_frames={10 * FRAMES_PER_BATCH}", "run.log_every=3"])
-    assert trainer.run() == 0
+    assert run(trainer) == 0
     assert trainer.counters.update == 10 and trainer.counters.frames == 160
     assert trainer.learner.applied == 10 and trainer.actors.closed
     ckpt = checkpoint.load(checkpoint.latest(tmp_path / "checkpoints"))
@@ -155,7 +162,7 @@ def test_a_nonfinite_streak_stops_the_run_and_none_of_it_is_applied(tmp_path):
     bad_from = 5
     learner = FakeLearner(lambda n: np.full(PARAMS, np.nan if n >= bad_from else 1.0, np.float32))
     trainer = make_trainer(tmp_path, ["run.max_frames=100000", "run.log_every=1"], learner=learner)
-    assert trainer.run() == EXIT_NONFINITE
+    assert run(trainer) == EXIT_NONFINITE
     assert trainer.counters.update == bad_from - 1 + NONFINITE_LIMIT
     assert learner.applied == bad_from - 1
     np.testing.assert_allclose(learner.weights, -0.1 * (bad_from - 1), rtol=1e-6)
@@ -165,7 +172,7 @@ def test_a_nonfinite_streak_stops_the_run_and_none_of_it_is_applied(tmp_path):
 def test_isolated_nonfinite_gradients_are_dropped_and_the_run_goes_on(tmp_path):
     learner = FakeLearner(lambda n: np.full(PARAMS, np.inf if n % 3 == 0 else 1.0, np.float32))
     trainer = make_trainer(tmp_path, [f"run.max_frames={12 * FRAMES_PER_BATCH}"], learner=learner)
-    assert trainer.run() == 0
+    assert run(trainer) == 0
     assert trainer.counters.update == 12 and learner.applied == 8
 
 
@@ -173,7 +180,7 @@ def test_a_stop_signal_ends_after_that_update_with_its_checkpoint(tmp_path):
     actors = FakeActors(on_batch=lambda n: os.kill(os.getpid(), signal.SIGUSR1) if n == 7 else None)
     trainer = make_trainer(tmp_path, ["run.max_frames=100000"], actors=actors)
     previous = signal.getsignal(signal.SIGUSR1)
-    assert trainer.run() == EXIT_SIGNALLED
+    assert run(trainer) == EXIT_SIGNALLED
     assert trainer.counters.update == 7
     assert checkpoint.load(checkpoint.latest(tmp_path / "checkpoints")).update == 7
     # A second signal after the orderly stop is ignored, not fatal; then it is the caller's.
@@ -184,7 +191,7 @@ def test_a_stop_signal_ends_after_that_update_with_its_checkpoint(tmp_path):
 def test_checkpoints_follow_the_cadence_and_rotate(tmp_path):
     trainer = make_trainer(tmp_path, [f"run.max_frames={6 * FRAMES_PER_BATCH}",
                                       "run.checkpoint_minutes=1e-9", "run.keep_checkpoints=2"])
-    assert trainer.run() == 0
+    assert run(trainer) == 0
     kept = sorted(p.name for p in (tmp_path / "checkpoints").glob(f"{checkpoint.PREFIX}*"))
     assert kept == ["ckpt-0000000005.npz", "ckpt-0000000006.npz"]
 
@@ -192,14 +199,14 @@ def test_checkpoints_follow_the_cadence_and_rotate(tmp_path):
 def test_no_periodic_checkpoint_before_its_time(tmp_path):
     trainer = make_trainer(tmp_path, [f"run.max_frames={6 * FRAMES_PER_BATCH}",
                                       "run.checkpoint_minutes=60"])
-    assert trainer.run() == 0
+    assert run(trainer) == 0
     kept = sorted(p.name for p in (tmp_path / "checkpoints").glob(f"{checkpoint.PREFIX}*"))
     assert kept == ["ckpt-0000000006.npz"]  # the final one only
 
 
 def test_the_time_budget_stops_the_run(tmp_path):
     trainer = make_trainer(tmp_path, ["run.max_frames=100000000", "run.max_minutes=1e-9"])
-    assert trainer.run() == 0
+    assert run(trainer) == 0
     # Rank 0 reads its clock before each update and the stop travels with the next one.
     assert trainer.counters.update == 2
 
@@ -211,10 +218,25 @@ def test_an_evaluation_at_the_target_stops_the_run_and_keeps_the_best(tmp_path, 
     evaluator = FakeEvaluator(score=lambda update: float(update))
     trainer = make_trainer(tmp_path, [f"run.max_frames={12 * FRAMES_PER_BATCH}", "eval.every=2",
                                       f"eval.target={target}"], evaluator=evaluator)
-    assert trainer.run() == 0
+    assert run(trainer) == 0
     assert trainer.counters.update == stops_at
     best = checkpoint.load(tmp_path / "checkpoints" / checkpoint.BEST)
     assert best.score == rows(tmp_path, "eval")["mean_return"].max()
+
+
+def test_a_stop_signal_during_start_up_stops_at_the_first_update_with_its_checkpoint(tmp_path):
+    """The signal arrives before the loop (TensorFlow's import, the broadcasts): the run
+    still ends in order, resumable, instead of dying with the default action."""
+    trainer = make_trainer(tmp_path, ["run.max_frames=100000"])
+    previous = signal.getsignal(signal.SIGUSR1)
+    try:
+        with StopSignals() as signals:
+            os.kill(os.getpid(), signal.SIGUSR1)
+            assert trainer.run(signals) == EXIT_SIGNALLED
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert trainer.counters.update == 1
+    assert checkpoint.load(checkpoint.latest(tmp_path / "checkpoints")).update == 1
 
 
 def test_a_stop_signal_in_the_final_evaluation_cuts_it_short_and_still_checkpoints(tmp_path):
@@ -226,7 +248,7 @@ def test_a_stop_signal_in_the_final_evaluation_cuts_it_short_and_still_checkpoin
                                       "eval.episodes=2000"], learner=learner)
     previous = signal.getsignal(signal.SIGUSR1)
     try:
-        assert trainer.run() == EXIT_SIGNALLED
+        assert run(trainer) == EXIT_SIGNALLED
         assert signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGUSR1, previous)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ddrl.config import Config, load_config
+from ddrl.config import Config, identity_changes, load_config
 from ddrl.errors import DdrlError
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
@@ -43,6 +43,11 @@ def test_overrides_are_toml_literals_and_coerced():
     ("env.size=20", "config key env.size: 20 is out of range"),
     ("optim.max_grad_norm=-1", "config key optim.max_grad_norm: -1.0 is out of range"),
     ("algo.bogus=1", "unknown config key 'algo.bogus'"),
+    ("run.seed=-1", "config key run.seed: -1 is out of range (must be >= 0)"),
+    ("optim.beta1=1.0", "config key optim.beta1: 1.0 is out of range (must be < 1)"),
+    ("optim.beta2=1.0", "config key optim.beta2: 1.0 is out of range (must be < 1)"),
+    ("model.hidden=[64,0]", "config key model.hidden: [64, 0] has a layer of no units"),
+    ("env.max_episode_frames=2147483648", "config key env.max_episode_frames: 2147483648 is out"),
 ])
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(DdrlError, match=re.escape(message)):
@@ -145,3 +150,12 @@ def test_every_key_is_documented_and_every_line_names_a_key():
     assert set(SECTIONS) == set(Config().to_dict())
     page = reference_markdown()
     assert all(f"| `{k}` |" in page for k in keys) and "| `optim.clip` | `optim.clip_per_tensor` |" in page
+
+
+def test_a_resume_that_changes_what_the_checkpoints_are_of_is_named():
+    saved = load_config(JOBS / "cartpole.toml").to_toml()
+    cfg = load_config(JOBS / "cartpole.toml", ["model.hidden=[32,32]", "optim.lr=1e-4"])
+    assert identity_changes(cfg, saved) == ["model.hidden [64, 64] in the run, [32, 32] now"]
+    assert identity_changes(load_config(JOBS / "cartpole.toml", ["optim.lr=1e-4"]), saved) == []
+    pong = load_config(JOBS / "pong-ppo.toml")
+    assert "env.id 'CartPole-v1' in the run, 'ALE/Pong-v5' now" in identity_changes(pong, saved)

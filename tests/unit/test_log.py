@@ -96,12 +96,52 @@ def test_the_log_gets_its_name_only_once_readers_can_open_it(tmp_path, monkeypat
     assert [p.name for p in tmp_path.iterdir()] == ["log.h5"]
 
 
-def test_resuming_a_damaged_log_leaves_it_as_it_was_and_no_copy_behind(tmp_path):
+def damage_first_chunk(path: Path, table: str, nbytes: int = 64) -> None:
+    """Random bytes over the start of the table's first chunk on disk, as a torn write or
+    a bad disk leaves them."""
+    with h5py.File(path, "r") as f:
+        offset = f[table].id.get_chunk_info(0).byte_offset
+    data = bytearray(path.read_bytes())
+    data[offset:offset + nbytes] = np.random.default_rng(0).bytes(nbytes)
+    path.write_bytes(bytes(data))
+
+
+def test_damaged_bytes_in_a_table_are_reported_not_read_as_data(tmp_path):
+    path = tmp_path / "log.h5"
+    write_log(path).close()
+    damage_first_chunk(path, "episodes")
+    with open_log(path) as f:
+        with pytest.raises(DdrlError, match="table /episodes of the log is damaged"):
+            read_table(f, "episodes")
+        assert len(read_table(f, "train")) == 0  # the other tables still read
+
+
+def test_resuming_a_damaged_log_sets_it_aside_and_goes_on_with_what_reads(tmp_path):
+    path = tmp_path / "log.h5"
+    log = write_log(path)
+    for u in range(1, 6):
+        log.append("train", {"update": u, "loss": 0.5})
+    log.close()
+    damage_first_chunk(path, "episodes")
+    before = path.read_bytes()
+    log = RunLog.resume(path, update=3, frames=10**9, restarts=1, attrs={})
+    log.close()
+    assert "table /episodes" in log.damaged
+    assert (tmp_path / "log.damaged-1.h5").read_bytes() == before
+    with open_log(path) as f:
+        assert read_table(f, "train")["update"].tolist() == [1, 2, 3]
+        assert len(read_table(f, "episodes")) == 0
+
+
+def test_resuming_a_log_cut_short_sets_it_aside_and_starts_a_new_one(tmp_path):
     path = tmp_path / "log.h5"
     write_log(path).close()
     damaged = path.read_bytes()[:4500]
     path.write_bytes(damaged)
-    with pytest.raises(DdrlError, match="cut short"):
-        RunLog.resume(path, update=2, frames=200, restarts=1, attrs={})
-    assert path.read_bytes() == damaged
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.h5"]
+    log = RunLog.resume(path, update=2, frames=200, restarts=1, attrs={"config": "{}"})
+    log.close()
+    assert "cut short" in log.damaged
+    assert (tmp_path / "log.damaged-1.h5").read_bytes() == damaged
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.damaged-1.h5", "log.h5"]
+    with open_log(path) as f:
+        assert f.attrs["config"] == "{}" and len(read_table(f, "episodes")) == 0

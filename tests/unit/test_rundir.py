@@ -1,0 +1,56 @@
+"""Run directories in-process, on real files: what a new run or a resume may use."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ddrl import checkpoint
+from ddrl.config import load_config
+from ddrl.errors import DdrlError
+from ddrl.log import RunLog
+from ddrl.rundir import prepare
+
+JOBS = Path(__file__).resolve().parents[2] / "jobs"
+
+
+def a_run(run_dir: Path, restarts_logged: int = 0) -> None:
+    """A run as `ddrl train` leaves it: config, log, one checkpoint (of restart 0)."""
+    cfg = load_config(JOBS / "cartpole.toml")
+    run_dir.mkdir()
+    (run_dir / "config.toml").write_text(cfg.to_toml())
+    log = RunLog.create(run_dir / "log.h5", {"config": cfg.to_json()})
+    log.close()
+    if restarts_logged:
+        RunLog.resume(run_dir / "log.h5", 0, 0, restarts_logged, {}).close()
+    checkpoint.save(run_dir / "checkpoints", checkpoint.Checkpoint(
+        5, 500, 1.0, 0, np.zeros(3, np.float32), []), keep=3)
+
+
+def test_a_new_run_beside_an_earlier_runs_checkpoints_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    a_run(run_dir)
+    (run_dir / "log.h5").unlink()
+    with pytest.raises(DdrlError, match="holds an earlier run's checkpoints"):
+        prepare(run_dir, False, False, load_config(JOBS / "cartpole.toml"))
+
+
+def test_a_resume_with_another_model_or_game_names_what_differs(tmp_path):
+    run_dir = tmp_path / "run"
+    a_run(run_dir)
+    other = load_config(JOBS / "cartpole.toml", ["model.hidden=[32,32]"])
+    with pytest.raises(DdrlError, match=r"model.hidden \[64, 64\] in the run, \[32, 32\] now"):
+        prepare(run_dir, True, False, other)
+    with pytest.raises(DdrlError, match="env.id 'CartPole-v1' in the run, 'ALE/Pong-v5' now"):
+        prepare(run_dir, True, False, load_config(JOBS / "pong-ppo.toml"))
+    ok = load_config(JOBS / "cartpole.toml", ["optim.lr=1e-4", "run.max_frames=10000000"])
+    assert prepare(run_dir, True, False, ok).update == 5
+
+
+def test_restarts_count_resumes_from_one_checkpoint(tmp_path):
+    """The log says restart 2 began from this checkpoint (restart 0's) and failed before
+    its own: the next start is restart 3, with streams of its own."""
+    run_dir = tmp_path / "run"
+    a_run(run_dir, restarts_logged=2)
+    assert prepare(run_dir, True, False, load_config(JOBS / "cartpole.toml")).restarts == 2
