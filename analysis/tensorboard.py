@@ -75,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise DdrlError(f"--tensorboard {args.tensorboard}: cannot create it ({exc.strerror})") from None
     for r in runs:
-        out = args.tensorboard / r.name
+        # Colliding names are the paths given, maybe absolute: their parts make one folder
+        # name inside DIR, never a path out of it.
+        out = args.tensorboard / "_".join(p for p in Path(r.name).parts if p not in ("/", ".."))
         n = export(r, out)
         print(f"wrote {n} scalars of {r.name} to {out}")
     return 0

@@ -132,7 +132,8 @@ DOCS = {
     "debug.freeze_rank": "this rank stops itself (SIGSTOP) before the sync of "
                          "`freeze_update` (an actor rank: before its step of that number), "
                          "as a host hung in its own work would (-1: none)",
-    "debug.freeze_update": "the update at which `freeze_rank` stops itself",
+    "debug.freeze_update": "the update at which `freeze_rank` stops itself; -1: at start-up, "
+                           "before the initial weights are shared",
 }
 
 

@@ -28,6 +28,8 @@ MAIN_CALL = 'ddrl_main "$@"\n'
 _TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 _ARRAY = re.compile(r"\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?")
 _MEM = re.compile(r"\d+[KMGT]?")
+# What an #SBATCH value may hold: a newline would end the comment and run the rest as shell.
+_NAME = re.compile(r"[\w.,:%@+=/-]+")
 # Slurm may send the warning signal up to a minute early, so the limit must leave time to train.
 _SIGNAL_SLACK_S = 60
 
@@ -174,6 +176,9 @@ def _options(args: argparse.Namespace, stem: str, n_runs: int | None) -> dict[st
                         ("--array", args.array)):
         if value is not None:
             opts[flag] = str(value)
+    for flag in ("--job-name", "--partition"):
+        if flag in opts and not _NAME.fullmatch(opts[flag]):
+            raise DdrlError(f"{flag} {opts[flag]!r}: use letters, digits and . , : % @ + = / - _")
     if args.mem is not None and not _MEM.fullmatch(args.mem):
         raise DdrlError(f"--mem {args.mem!r}: expected a size like 64G or 4000M")
     if args.array is not None and not _ARRAY.fullmatch(args.array):
@@ -251,7 +256,8 @@ def render(args: argparse.Namespace) -> str:
     body = LAUNCH_BLOCK.sub(lambda _: (TEMPLATES / "launch.sh").read_text(), body)
     body = body.replace(MAIN_CALL, _main_call(args))
     lines = ["#!/bin/bash",
-             f"# Printed by `ddrl slurm` for {Path(args.job).absolute()}.",
+             # repr: a newline in the path must not end the comment.
+             f"# Printed by `ddrl slurm` for {str(Path(args.job).absolute())!r}.",
              "# Submit with `sbatch SCRIPT`; its arguments (--set key=value ...) add to these.",
              *(f"#SBATCH {name}" + (f"={value}" if value is not None else "")
                for name, value in header)]

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import datetime
 import json
 import traceback
@@ -44,9 +46,11 @@ def _run(args: argparse.Namespace, signals: StopSignals) -> int:
         check_world(cfg, world.size)
     except DdrlError as exc:
         raise EveryRankError(str(exc)) from None
+    startup = _startup_watchdog(cfg, world)
     run_dir = Path(args.out) if args.out else default_run_dir(args.job)
     if world.comm is not None:
-        run_dir = Path(world.comm.bcast(str(run_dir), root=0))
+        with startup:
+            run_dir = Path(world.comm.bcast(str(run_dir), root=0))
     held = None  # rank 0's lock on the run directory, for the life of this process
     try:
         held = hold(run_dir) if world.is_root else None
@@ -56,12 +60,21 @@ def _run(args: argparse.Namespace, signals: StopSignals) -> int:
     if world.comm is not None:
         # Every rank checked the run directory (shared, or its node's own); none proceeds
         # unless all agreed, and the first rank's problem is reported once for the job.
-        problem = next((p for p in world.comm.allgather(problem) if p), None)
+        with startup:
+            problem = next((p for p in world.comm.allgather(problem) if p), None)
     if problem:
         raise EveryRankError(problem)
+    if world.comm is not None and resumed is not None:
+        # Rank 0's checkpoint sets the counters (the lr schedule, the frame budget, the replay
+        # files to take up): another rank may have read an older one through a stale NFS cache.
+        with startup:
+            counters = world.comm.bcast((resumed.update, resumed.frames, resumed.wall_time,
+                                         resumed.restarts), root=0)
+        resumed = dataclasses.replace(resumed, update=counters[0], frames=counters[1],
+                                      wall_time=counters[2], restarts=counters[3])
     try:
         with storage_errors():
-            return _train(cfg, world, run_dir, resumed, signals)
+            return _train(cfg, world, run_dir, resumed, signals, startup)
     except BaseException as exc:
         if world.size > 1 and not isinstance(exc, SystemExit):
             # The other ranks would wait in the next collective (and MPI_Finalize) forever.
@@ -74,8 +87,21 @@ def _run(args: argparse.Namespace, signals: StopSignals) -> int:
             held.close()
 
 
+def _startup_watchdog(cfg: Config, world) -> contextlib.AbstractContextManager:
+    """A deadline for the start-up's collectives (run directory, counters, initial weights): a
+    rank frozen or lost before one would hold the others in a blocking MPI call, spinning a
+    core, forever. Ranks that reach one seconds apart (TensorFlow's import on a busy node)
+    are no fault: at least 60 s."""
+    if world.comm is None or world.size == 1:
+        return contextlib.nullcontext()
+    from ddrl.distributed.waiting import collective_watchdog
+
+    return collective_watchdog(world, max(cfg.sync.timeout, 60.0), lambda: "a start-up collective",
+                               limit="sync.timeout, at least 60 s at start-up")
+
+
 def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None,
-           signals: StopSignals) -> int:
+           signals: StopSignals, startup: contextlib.AbstractContextManager) -> int:
     from ddrl.cpus import configure_tensorflow, cores_per_rank
 
     restarts = ckpt.restarts + 1 if ckpt is not None else 0
@@ -104,6 +130,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
     from ddrl.log import RunLog
     from ddrl.loop.bookkeeping import Counters
     from ddrl.loop.evaluator import BackgroundEvaluator
+    from ddrl.loop.faults import freeze_at_startup
     from ddrl.loop.trainer import Trainer
     from ddrl.seeding import derive_seed
 
@@ -133,7 +160,9 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
                                 f"{learner.num_params:,}: resume it with its own job file")
             learner.set_weights(ckpt.weights)
             learner.set_optimizer_state(ckpt.optimizer)
-    learner.share_root_state(sync.broadcast)
+    freeze_at_startup(cfg, world.rank)
+    with startup:
+        learner.share_root_state(sync.broadcast)
     world = sync.world  # the ranks that run the loop: in ps mode the workers, in central the learner
 
     log = evaluator = None

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -248,3 +249,15 @@ def test_export_writes_the_log_as_tensorboard_scalars(run_dirs, tmp_path):
     start = points[0].wall_time - float(evals["wall_time"][0])
     np.testing.assert_allclose([p.wall_time - start for p in points], evals["wall_time"],
                                atol=1e-3)
+
+
+def test_export_of_runs_whose_names_collide_stays_inside_its_directory(run_dirs, tmp_path):
+    """Two runs both named `run0` (the same directory name under two parents)."""
+    other = tmp_path / "elsewhere" / run_dirs[0].name
+    shutil.copytree(run_dirs[0], other)
+    tb = tmp_path / "tb"
+    proc = ddrl("export", "--tensorboard", str(tb), str(run_dirs[0]), str(other))
+    assert proc.returncode == 0, proc.stderr
+    written = [p for p in tmp_path.rglob("events.out.tfevents.*")]
+    assert len(written) == 2 and all(tb in p.parents for p in written), written
+    assert not list(other.glob("events.out.tfevents.*"))

@@ -62,6 +62,8 @@ def wait_for_training(cluster: SlurmCluster, job_id: str, log: Path, timeout: fl
     (("--time", "tomorrow"), "--time 'tomorrow'"),
     (("--array", "0-9%"), "--array '0-9%'"),
     (("--gpus-per-node", "8", "--tasks-per-node", "4"), "one rank per GPU"),
+    (("--job-name", "x\nrm -rf ~"), "--job-name 'x\\nrm -rf ~'"),
+    (("--partition", "a b"), "--partition 'a b'"),
 ])
 def test_slurm_command_rejects_bad_input(args, message):
     proc = ddrl_slurm(str(CARTPOLE), *args)
@@ -302,3 +304,15 @@ def test_bad_job_file_fails_fast_in_one_line(slurm_cluster, tmp_path):
     assert len(errors) == 1 and "unknown config key 'debug.slow_rank'" in errors[0], text
     assert "Traceback" not in text and "srun" not in text, text
     assert time.monotonic() - started < 30
+
+
+def test_a_job_path_with_a_newline_stays_inside_the_header_comment(tmp_path):
+    odd = tmp_path / "weird\nrm -rf ~"
+    odd.mkdir()
+    job = odd / "cartpole.toml"
+    job.write_text(CARTPOLE.read_text())
+    proc = ddrl_slurm(str(job))
+    assert proc.returncode == 0, proc.stderr
+    header = proc.stdout.split("\n#SBATCH")[0].splitlines()
+    assert header[0] == "#!/bin/bash" and all(line.startswith("#") for line in header)
+    assert subprocess.run(["bash", "-n"], input=proc.stdout, text=True).returncode == 0

@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from ddrl.distributed.sync import LocalSync, SyncResult, bcast, mean_gradient
-from ddrl.distributed.waiting import RollCall, Watchdog, wait_all
+from ddrl.distributed.waiting import collective_watchdog, wait_all
 from ddrl.distributed.world import World
 from ddrl.errors import DdrlError
 
@@ -29,10 +29,7 @@ class MpiAllreduceSync(LocalSync):
         self._calls = 0
         # A rank that never joins (frozen, or its node lost without the launcher noticing)
         # would hold the others in the all-reduce forever.
-        self._watchdog = Watchdog(timeout, lambda silent: (
-            f"rank {world.rank} waited {timeout:g} s (sync.timeout) in all-reduce {self._calls} "
-            f"for {_ranks(silent)}: frozen or lost; ending the job"),
-            RollCall(world.comm, grace=min(30.0, max(5.0, timeout / 10))))
+        self._watchdog = collective_watchdog(world, timeout, lambda: f"all-reduce {self._calls}")
 
     def broadcast(self, array: np.ndarray) -> np.ndarray:
         return bcast(self.world.comm, array)
@@ -57,14 +54,6 @@ class MpiAllreduceSync(LocalSync):
         seconds = time.perf_counter() - start
         return mean_gradient(self._buf[:n] / self.world.size, self._buf[n:].copy(),
                              self.world.size, seconds)
-
-
-def _ranks(ranks: list[int] | None) -> str:
-    if ranks is None:
-        return "the other rank(s)"
-    if not ranks:
-        return "the others, all waiting too (the network between them?)"
-    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}, which never joined"
 
 
 class HorovodSync(MpiAllreduceSync):

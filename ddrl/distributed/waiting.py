@@ -145,3 +145,21 @@ class Watchdog:
             time.sleep(5.0)
         # Not MPI_Abort: the main thread is inside MPI; exiting is what any launcher notices.
         os._exit(EXIT_ABORTED)
+
+
+def _ranks(ranks: list[int] | None) -> str:
+    if ranks is None:
+        return "the other rank(s)"
+    if not ranks:
+        return "the others, all waiting too (the network between them?)"
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}, which never joined"
+
+
+def collective_watchdog(world, timeout: float, what: Callable[[], str],
+                        limit: str = "sync.timeout") -> Watchdog:
+    """A watchdog for the blocking collectives of `world`; its line names the call (`what()`),
+    the limit and the ranks that never joined."""
+    return Watchdog(timeout, lambda silent: (
+        f"rank {world.rank} waited {timeout:g} s ({limit}) in {what()} for {_ranks(silent)}: "
+        "frozen or lost; ending the job"),
+        RollCall(world.comm, grace=min(30.0, max(5.0, timeout / 10))))

@@ -21,3 +21,10 @@ class Faults:
             time.sleep((self._slow_factor - 1) * seconds)
         if update == self._freeze_at:
             os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def freeze_at_startup(cfg: Config, rank: int) -> None:
+    """`debug.freeze_update = -1`: `freeze_rank` stops itself at start-up, after TensorFlow's
+    import, before the initial weights are shared."""
+    if rank == cfg.debug.freeze_rank and cfg.debug.freeze_update < 0:
+        os.kill(os.getpid(), signal.SIGSTOP)
