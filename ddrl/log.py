@@ -45,6 +45,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         # Central mode's actor ranks: seconds idle waiting for actions, seconds from sending a
         # step to its actions (mean), bytes to and from the learner.
         ("t_wait", "f4"), ("t_round", "f4"), ("bytes_in", "i8"), ("bytes_out", "i8"),
+        # The rank's peak resident memory so far, MiB (the loop's ranks; 0 for actor ranks).
+        ("peak_rss_mb", "f4"),
     ],
     # sync.mode = "ps": each parameter server's cumulative figures as rank 0 last heard them.
     "servers": [

@@ -30,6 +30,8 @@ _ARRAY = re.compile(r"\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?")
 _MEM = re.compile(r"\d+[KMGT]?")
 # What an #SBATCH value may hold: a newline would end the comment and run the rest as shell.
 _NAME = re.compile(r"[\w.,:%@+=/-]+")
+# The options that size the actors' component of a central-mode (heterogeneous) job.
+_ACTOR_SIZES = ("--nodes", "--ntasks-per-node", "--cpus-per-task", "--mem")
 # Slurm may send the warning signal up to a minute early, so the limit must leave time to train.
 _SIGNAL_SLACK_S = 60
 
@@ -53,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep", metavar="FILE",
                         help="one run per line of `key=value ...` (and optionally a job file)")
     parser.add_argument("--gpus-per-node", type=_positive, help="GPUs per node, one rank each")
+    parser.add_argument("--learner-cpus", type=_positive,
+                        help="central mode: the learner's cores (--nodes etc. size the actors)")
+    parser.add_argument("--learner-gpus", type=_positive, help="central mode: the learner's GPUs")
     parser.add_argument("--job-name", help="Slurm job name (default: ddrl-<job file stem>)")
     parser.add_argument("--out", help="run directory (default: runs/<job>-<job id>)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -204,21 +209,30 @@ def _check_time(header: list[list[str | None]]) -> None:
                         f"before the limit (--signal={signal}), and may come a minute early")
 
 
-def _template_name(args: argparse.Namespace) -> str:
+def _template_name(args: argparse.Namespace, central: bool) -> str:
+    if central:
+        if args.gpus_per_node is not None or args.array is not None or args.sweep is not None:
+            raise DdrlError("sync.mode = 'central' runs as a heterogeneous job: use "
+                            "--learner-gpus for the learner's GPU; arrays and sweeps are "
+                            "not supported for it")
+        return "central.sbatch"
+    if args.learner_cpus is not None or args.learner_gpus is not None:
+        raise DdrlError("--learner-cpus and --learner-gpus are for sync.mode = 'central'")
     if args.gpus_per_node is not None:
         return "dgx.sbatch"
     return "array.sbatch" if args.array is not None or args.sweep is not None else "train.sbatch"
 
 
-def _validated_runs(args: argparse.Namespace) -> int | None:
-    """Check the job file and overrides (each sweep line's); the number of sweep runs."""
+def _validated_runs(args: argparse.Namespace) -> tuple[int | None, bool]:
+    """Check the job file and overrides (each sweep line's); the number of sweep runs, and
+    whether the job runs in central mode."""
     if args.sweep is None:
-        load_config(args.job, args.set, check_env=check_env_id)
-        return None
+        cfg = load_config(args.job, args.set, check_env=check_env_id)
+        return None, cfg.sync.mode == "central"
     n_runs = len(sweep_lines(args.sweep))
     for task in range(n_runs):
         task_config(args.job, args.set, args.sweep, task)
-    return n_runs
+    return n_runs, False
 
 
 def _main_call(args: argparse.Namespace) -> str:
@@ -242,14 +256,28 @@ def render(args: argparse.Namespace) -> str:
     if not (TEMPLATES / "launch.sh").is_file():
         raise DdrlError(f"batch script templates not found in {TEMPLATES}: the ddrl install "
                         "is incomplete; reinstall it")
-    n_runs = _validated_runs(args)
-    template = (TEMPLATES / _template_name(args)).read_text()
+    n_runs, central = _validated_runs(args)
+    template = (TEMPLATES / _template_name(args, central)).read_text()
     header = _header(template)
     opts = _options(args, Path(args.job).stem, n_runs)
+    learner = {"--cpus-per-task": args.learner_cpus,
+               "--gres": args.learner_gpus and f"gpu:{args.learner_gpus}"}
+    # A heterogeneous job's header is one block per component, `hetjob` between them: the
+    # job's own options and the learner's go in the first, the actors' sizes in the last.
+    blocks = [[]]
     for pair in header:
-        if pair[0] in opts:
-            pair[1] = opts.pop(pair[0])
-    header += [[name, value] for name, value in opts.items()]
+        blocks.append([]) if pair[0] == "hetjob" else blocks[-1].append(pair)
+    placed = [(blocks[-1] if central and name in _ACTOR_SIZES else blocks[0], name, value)
+              for name, value in opts.items()]
+    placed += [(blocks[0], name, str(value)) for name, value in learner.items() if value]
+    for block, name, value in placed:
+        found = next((pair for pair in block if pair[0] == name), None)
+        if found:
+            found[1] = value
+        else:
+            block.append([name, value])
+    header = [pair for i, block in enumerate(blocks)
+              for pair in [*([["hetjob", None]] if i else []), *block]]
     _check_time(header)
 
     body = template[template.rindex("#SBATCH "):].split("\n", 1)[1]

@@ -41,8 +41,9 @@ def check_actors(run_dir, out: str, actors: list[int]) -> None:
     ranks = table(run_dir, "ranks")
     for r in actors:
         rows = ranks[ranks["rank"] == r]
-        assert len(rows) and rows["frames"].sum() > 0 and (rows["bytes_in"] > 0).all()
-        assert (rows["bytes_out"] > 0).all() and (rows["t_wait"] >= 0).all()
+        # Summed: on a loaded machine an interval can pass without a step from one actor.
+        assert len(rows) and rows["frames"].sum() > 0 and rows["bytes_in"].sum() > 0
+        assert rows["bytes_out"].sum() > 0 and (rows["t_wait"] >= 0).all()
     learner = ranks[ranks["rank"] == 0]
     assert len(learner) and (learner["bytes_in"] == 0).all()
 

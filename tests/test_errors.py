@@ -1,8 +1,11 @@
 """Bad input gets one clear line naming the problem, exit code 2, no traceback, no data lost."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -10,6 +13,19 @@ import pytest
 from conftest import DDRL, JOBS, NO_EVAL, ROOT, ddrl, env_for_tests, table
 
 from ddrl import checkpoint
+
+
+@contextlib.contextmanager
+def tmpfs(where: Path, options: str) -> Iterator[Path]:
+    """A real tmpfs mounted at `where` for the block (root only, as in CI)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", where], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", where], check=True)
 
 
 def assert_one_line_error(res, *needles: str) -> None:
@@ -102,16 +118,9 @@ def test_unwritable_run_directory_is_refused_before_anything_starts(tmp_path):
     notdir.write_text("")
     assert_one_line_error(ddrl("train", JOBS / "cartpole.toml", "--out", notdir / "run", timeout=60),
                           "cannot write there", "Not a directory")
-    if os.geteuid() != 0:
-        pytest.skip("a read-only mount needs root")
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", ro], check=True)
-    try:
+    with tmpfs(tmp_path / "ro", "ro") as ro:
         assert_one_line_error(ddrl("train", JOBS / "cartpole.toml", "--out", ro / "run", timeout=60),
                               "cannot write there", "Read-only file system")
-    finally:
-        subprocess.run(["umount", ro], check=True)
 
 
 def test_a_damaged_checkpoint_is_named_and_resume_takes_the_previous_intact_one(run_dir):
@@ -175,12 +184,7 @@ def test_two_runs_on_one_directory_at_once_one_is_refused(run_dir):
 
 def test_a_full_disk_is_one_line_and_keeps_the_log_and_checkpoints(tmp_path):
     """A quota or a full scratch file system mid-run: HDF5 crashed the process before."""
-    if os.geteuid() != 0:
-        pytest.skip("a small tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", disk], check=True)
-    try:
+    with tmpfs(tmp_path / "disk", "size=600k") as disk:
         run_dir = disk / "run"
         res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", "run.max_minutes=3",
                    "--set", "run.checkpoint_minutes=0.05", "--set", "eval.target=none",
@@ -190,8 +194,6 @@ def test_a_full_disk_is_one_line_and_keeps_the_log_and_checkpoints(tmp_path):
         saved = sorted((run_dir / "checkpoints").glob("ckpt-*.npz"))
         assert saved and all(checkpoint.load(p).update > 0 for p in saved)
         assert not list((run_dir / "checkpoints").glob(".*.tmp"))
-    finally:
-        subprocess.run(["umount", "-l", disk], check=True)
 
 
 def test_a_resume_that_does_not_fit_the_run_names_the_key_and_writes_nothing(run_dir):

@@ -316,3 +316,21 @@ def test_a_job_path_with_a_newline_stays_inside_the_header_comment(tmp_path):
     header = proc.stdout.split("\n#SBATCH")[0].splitlines()
     assert header[0] == "#!/bin/bash" and all(line.startswith("#") for line in header)
     assert subprocess.run(["bash", "-n"], input=proc.stdout, text=True).returncode == 0
+
+
+def test_a_central_job_prints_a_heterogeneous_script():
+    """Learner block first (the job's options, --learner-*), actors' sizes after `hetjob`."""
+    proc = ddrl_slurm(str(CARTPOLE), "--set", "sync.mode=central", "--nodes", "4",
+                      "--cpus-per-task", "8", "--learner-cpus", "16", "--learner-gpus", "1",
+                      "--time", "02:00:00")
+    assert proc.returncode == 0, proc.stderr
+    header = [line for line in proc.stdout.splitlines() if line.startswith("#SBATCH")]
+    split = header.index("#SBATCH hetjob")
+    learner, actors = header[:split], header[split + 1:]
+    assert {"#SBATCH --cpus-per-task=16", "#SBATCH --gres=gpu:1", "#SBATCH --time=02:00:00",
+            "#SBATCH --nodes=1", "#SBATCH --signal=B:USR1@120"} <= set(learner), learner
+    assert {"#SBATCH --nodes=4", "#SBATCH --cpus-per-task=8"} <= set(actors), actors
+    assert not any("--time" in line or "--gres" in line for line in actors)
+    assert subprocess.run(["bash", "-n"], input=proc.stdout, text=True).returncode == 0
+    refused = ddrl_slurm(str(CARTPOLE), "--learner-cpus", "4")
+    assert refused.returncode == 2 and "for sync.mode = 'central'" in refused.stderr

@@ -9,12 +9,45 @@ counted them), the learner's mean inference batch and the time it spends gatheri
 actors' mean round trip (a step sent to its actions) and their idle share of an update, and
 the learner's busy share (inference and training per update). Per-rank mode's bytes per frame
 are its gradient's all-reduce traffic, 2 (h - 1) / h of the gradient per rank and update.
+
+Then the model of central mode (`CentralModel`), fitted on each rate's first central run,
+checked against the others and used to predict `--predict` actor hosts.
 """
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from ddrl.errors import DdrlError
+
+
+@dataclass(frozen=True)
+class CentralModel:
+    """Central mode's frames/s as the least of three rates, each fitted on one run:
+    - the actors': each actor host's simulators alone, its idle time (waiting for actions)
+      taken out;
+    - the learner's: the frames/s at which its inference and training keep it busy all the
+      time (measured frames/s over its busy share);
+    - the learner's link: its rate over the bytes each frame puts on it (observations in,
+      actions out; counted both ways, so a little pessimistic for a full-duplex link).
+    On CPU cores the learner is the limit; an accelerator raises its rate (not measured here:
+    `learner_fps` is what it would have to reach)."""
+    actor_fps: float
+    learner_fps: float
+    bytes_per_frame: float
+
+    @classmethod
+    def fit(cls, measured: dict[str, float], actor_hosts: int) -> "CentralModel":
+        fps = measured["frames_per_s"]
+        return cls(fps / actor_hosts / max(1.0 - measured["actor_idle"], 1e-3),
+                   fps / max(measured["learner_busy"], 1e-3), measured["bytes_per_frame"])
+
+    def frames_per_s(self, actor_hosts: int, link_bytes_per_s: float) -> tuple[float, str]:
+        """The predicted rate and what limits it."""
+        limits = {"actors": actor_hosts * self.actor_fps, "learner": self.learner_fps,
+                  "link": link_bytes_per_s / self.bytes_per_frame}
+        limit = min(limits, key=limits.get)
+        return limits[limit], limit
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,6 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measured seconds per run, after a warm-up (default 30)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key (repeatable)")
+    p.add_argument("--predict", type=int, nargs="+", default=[64],
+                   help="actor hosts to predict central mode's frames/s for (default 64)")
 
 
 def measure(job: str, sets: list[str], hosts: int, rate: str, seconds: float,
@@ -59,7 +94,8 @@ def measure(job: str, sets: list[str], hosts: int, rate: str, seconds: float,
             t_gather_ms=1e3 * inference["t_gather"].sum() / max(inference["batches"].sum(), 1),
             round_ms=1e3 * float(actors["t_round"].mean()),
             actor_idle=float(actors["t_wait"].mean()) / period,
-            learner_busy=float(learner["t_predict"].mean() + train["t_train"].mean()) / period)
+            learner_busy=float(learner["t_predict"].mean() + train["t_train"].mean()) / period,
+            learner_mib=float(learner["peak_rss_mb"].max()))
     return out
 
 
@@ -84,15 +120,19 @@ def run(args: argparse.Namespace) -> int:
           f"gradient {nbytes / 2**20:.2f} MB; {args.seconds:g} s per run", flush=True)
     print(f"{'link':>8s} {'hosts':>5s} {'mode':>9s} {'frames/s':>9s} {'B/frame':>9s} "
           f"{'batch':>6s} {'gather ms':>9s} {'round ms':>8s} {'actor idle':>10s} "
-          f"{'learner busy':>12s}", flush=True)
+          f"{'learner busy':>12s} {'learner MiB':>11s} {'model':>7s}", flush=True)
+    models = {}
     for rate in args.rates:
         for hosts in args.hosts:
             for central in (True, False):
                 m = measure(args.job, args.set, hosts, rate, args.seconds, central)
                 if central:
+                    model = models.setdefault(rate, CentralModel.fit(m, hosts - 1))
+                    predicted, _ = model.frames_per_s(hosts - 1, parse_rate(rate) / 8)
                     detail = (f"{m['bytes_per_frame']:9.0f} {m['batch']:6.1f} "
                               f"{m['t_gather_ms']:9.2f} {m['round_ms']:8.2f} "
-                              f"{m['actor_idle']:10.0%} {m['learner_busy']:12.0%}")
+                              f"{m['actor_idle']:10.0%} {m['learner_busy']:12.0%} "
+                              f"{m['learner_mib']:11.0f} {predicted:7,.0f}")
                 else:
                     per_update = 2 * (hosts - 1) / hosts * nbytes * hosts
                     frames_per_update = m["frames_per_s"] / m["updates_per_s"]
@@ -100,4 +140,15 @@ def run(args: argparse.Namespace) -> int:
                              f"{'-':>8s} {'-':>10s} {'-':>12s}"
                 print(f"{rate:>8s} {hosts:5d} {'central' if central else 'per-rank':>9s} "
                       f"{m['frames_per_s']:9,.0f} {detail}", flush=True)
+    print("\nmodel (fitted on each rate's first central run; 'model' above is its prediction "
+          "for each run):")
+    for rate, model in models.items():
+        print(f"  {rate}: one actor host {model.actor_fps:,.0f} frames/s when never waiting, "
+              f"learner {model.learner_fps:,.0f} frames/s when always busy, "
+              f"{model.bytes_per_frame:,.0f} B/frame")
+        for hosts in args.predict:
+            fps, limit = model.frames_per_s(hosts, parse_rate(rate) / 8)
+            print(f"    {hosts} actor hosts: {fps:,.0f} frames/s, limited by the {limit}; the "
+                  f"actors alone would give {hosts * model.actor_fps:,.0f}, the link "
+                  f"{parse_rate(rate) / 8 / model.bytes_per_frame:,.0f}")
     return 0

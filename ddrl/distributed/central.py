@@ -205,6 +205,7 @@ class _ActorStats:
     bytes_out: int = 0
     clocks: np.ndarray = field(default_factory=lambda: np.zeros(len(CLOCKS)))
     marked: np.ndarray = field(default_factory=lambda: np.zeros(len(CLOCKS)))
+    # When its last step arrived or its last actions left, whichever is later.
     last_heard: float = field(default_factory=time.monotonic)
     steps_received: int = 0
 
@@ -274,7 +275,10 @@ class RemotePool:
             if req.actor in self._live:
                 part = np.ascontiguousarray(actions[offset:offset + n])
                 self._sends.append(self._comm.Isend(part, req.actor + 1, ACTIONS + req.group))
-                self._stats[req.actor].bytes_out += part.nbytes
+                st = self._stats[req.actor]
+                st.bytes_out += part.nbytes
+                # From now on the actor owes the next step: its silence counts from here.
+                st.last_heard = time.monotonic()
             offset += n
         self._served = []
 
@@ -325,10 +329,14 @@ class RemotePool:
                     np.concatenate(final) if final else None, episodes)
 
     def _expire(self) -> None:
-        """Leave out the actors silent for sync.timeout; with none left, the run cannot go on."""
+        """Leave out the actors silent for sync.timeout; with none left, the run cannot go on.
+        Silent: nothing received from it, and nothing sent to it, for that long, and no step
+        of it waiting here. An actor waits for its actions; a learner held up (its predictor
+        blocked behind a slow trainer on a loaded node) must not count that wait against it."""
         now = time.monotonic()
         for actor in sorted(self._live):
-            if now - self._stats[actor].last_heard > self._timeout:
+            if now - self._stats[actor].last_heard > self._timeout and \
+                    not self._comm.Iprobe(actor + 1, OBS_META):
                 self._live.discard(actor)
                 self.lost.append(actor + 1)
                 say(f"[ddrl] central: actor rank {actor + 1} sent nothing for "

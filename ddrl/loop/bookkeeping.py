@@ -9,7 +9,7 @@ import numpy as np
 from ddrl.distributed.schema import Schema
 
 # Each rank's own figures, summed in its block of the side channel: the `/ranks` columns.
-RANK_FIELDS = ("frames", "dp_per_s", "t_compute", "t_sync", "t_sim", "t_predict")
+RANK_FIELDS = ("frames", "dp_per_s", "t_compute", "t_sync", "t_sim", "t_predict", "peak_rss_mb")
 # Rank 0's stop decisions, by index in the side channel ("" goes on).
 ROOT_STOPS = ("", "target", "time")
 # Updates in a row whose gradient held NaN or Inf before the run gives up: one can be a
@@ -45,11 +45,13 @@ class Step:
     # The rank's whole step: batch, gradients and the previous update's sync.
     seconds: float
     t_sync_before: float
+    # The process's peak resident memory so far (MiB).
+    peak_rss_mb: float = 0.0
 
     def rank_figures(self) -> list[float]:
         """This rank's block of the side channel, in RANK_FIELDS order."""
         return [self.frames, self.batch_size / max(self.seconds, 1e-9), self.t_train,
-                self.t_sync_before, self.t_sim, self.t_predict]
+                self.t_sync_before, self.t_sim, self.t_predict, self.peak_rss_mb]
 
 
 class ActorTally:

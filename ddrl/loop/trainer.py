@@ -7,6 +7,7 @@ ranks stop after the same update for the same reason.
 from __future__ import annotations
 
 import hashlib
+import resource
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -102,7 +103,8 @@ class Trainer:
         self._faults.after_gradients(self.counters.update, time.perf_counter() - t0)
         frames, t_sim, t_predict = self._tally.take()
         step = Step(len(batch), frames, t_train, t_sim, t_predict,
-                    time.perf_counter() - t0 + self._last_sync, self._last_sync)
+                    time.perf_counter() - t0 + self._last_sync, self._last_sync,
+                    resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
         return batch, grad, stats, step
 
     def _side_channel(self, signalled: bool, step: Step) -> np.ndarray:
@@ -228,8 +230,9 @@ class Trainer:
         weights are no longer finite, so that a diverged run never rotates its good
         checkpoints out."""
         self._wait_for_writer()
-        # Rows up to the checkpoint must be on disk first: a resume keeps exactly those.
-        self.log.flush()
+        # Rows up to the checkpoint must be on disk first (fsynced, as the checkpoint is): a
+        # resume keeps exactly those.
+        self.log.flush(sync=True)
         self._apply(self.sync.pull_state())
         c = self.counters
         weights = self.learner.get_weights()

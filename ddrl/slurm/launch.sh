@@ -1,5 +1,5 @@
-# Shared launch logic of ddrl's batch scripts: sourced by train.sbatch, array.sbatch and
-# dgx.sbatch, and inlined by `ddrl slurm` so that a printed script stands alone.
+# Shared launch logic of ddrl's batch scripts: sourced by train.sbatch, array.sbatch, dgx.sbatch
+# and central.sbatch, and inlined by `ddrl slurm` so that a printed script stands alone.
 #
 #   ddrl_main JOB.toml [--out DIR] [--set key=value ...] [--sweep FILE]
 #
@@ -58,6 +58,7 @@ ddrl_launcher() {
       read -ra flags <<< "${DDRL_SRUN_ARGS---cpu-bind=cores}"
       launcher=(srun --mpi=pmix -K1 ${SLURM_CPUS_PER_TASK:+"--cpus-per-task=$SLURM_CPUS_PER_TASK"} "${flags[@]}") ;;
     mpirun)
+      [ "${SLURM_HET_SIZE:-1}" -eq 1 ] || ddrl_die "a heterogeneous job (central mode) needs DDRL_LAUNCHER=srun"
       read -ra flags <<< "${DDRL_MPIRUN_ARGS---bind-to core --map-by slot:PE=${SLURM_CPUS_PER_TASK:-1}}"
       [ "$(id -u)" != 0 ] || flags+=(--allow-run-as-root)
       launcher=(mpirun "${flags[@]}") ;;
@@ -66,9 +67,29 @@ ddrl_launcher() {
   ddrl_shrink
 }
 
+# Sets `step`: the launcher running COMMAND... as every task of the job. In a heterogeneous
+# job (central mode: the learner component, then the actors) one srun spans the components,
+# each with its own cores, and MPI (PMIx) gives them one world, the learner's task rank 0.
+ddrl_step() {
+  local g cpus
+  local -a flags
+  if [ "${SLURM_HET_SIZE:-1}" -eq 1 ]; then
+    step=("${launcher[@]}" "$@")
+    return
+  fi
+  read -ra flags <<< "${DDRL_SRUN_ARGS---cpu-bind=cores}"
+  step=(srun --mpi=pmix -K1)
+  for ((g = 0; g < SLURM_HET_SIZE; g++)); do
+    cpus=SLURM_CPUS_PER_TASK_HET_GROUP_$g
+    [ "$g" -eq 0 ] || step+=(:)
+    step+=(--het-group="$g" ${!cpus:+"--cpus-per-task=${!cpus}"} "${flags[@]}" "$@")
+  done
+}
+
 # A field of the job as Slurm holds it now (its environment keeps what it started with).
 ddrl_alloc() {
-  scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o " $1=[^ ]*" | cut -d= -f2
+  # A heterogeneous job has a line per component: the first (the learner's) answers.
+  scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | head -1 | grep -o " $1=[^ ]*" | cut -d= -f2
 }
 
 # How many nodes the job holds now.
@@ -80,6 +101,8 @@ ddrl_alloc_nodes() {
 # next step runs on the nodes still allocated, with as many tasks per node as before.
 ddrl_shrink() {
   local nodes per_node hosts
+  # A heterogeneous job restarts on its components as they are.
+  [ "${SLURM_HET_SIZE:-1}" -eq 1 ] || return 0
   # SLURM_NTASKS_PER_NODE reads like "2" or "2(x3)".
   per_node=${SLURM_NTASKS_PER_NODE:-}
   per_node=${per_node%%[!0-9]*}
@@ -128,7 +151,7 @@ ddrl_main() {
   [ -z "${DDRL_OUT:-}" ] || set -- "$1" --out "$DDRL_OUT" "${@:2}"
 
   local ddrl resolved rc attempt=0 max_restarts=${DDRL_MAX_RESTARTS:-3}
-  local -a train_args launcher
+  local -a train_args launcher step
   ddrl_find
   [[ $max_restarts =~ ^[0-9]+$ ]] || ddrl_die "DDRL_MAX_RESTARTS=$max_restarts: expected a whole number"
   while :; do
@@ -138,8 +161,9 @@ ddrl_main() {
     resolved=$("$ddrl" slurm --resolve "$@") || exit
     mapfile -t train_args <<< "$resolved"
 
-    echo "ddrl: job ${SLURM_JOB_ID:-?} restart ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST:-?}: ${launcher[*]} $ddrl train ${train_args[*]}"
-    "${launcher[@]}" bash -c "$DDRL_RANK_SH" ddrl-rank "$ddrl" train "${train_args[@]}" &
+    echo "ddrl: job ${SLURM_JOB_ID:-?} restart ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST:-?}: ${launcher[*]}${SLURM_HET_SIZE:+ (${SLURM_HET_SIZE} components)} $ddrl train ${train_args[*]}"
+    ddrl_step bash -c "$DDRL_RANK_SH" ddrl-rank "$ddrl" train "${train_args[@]}"
+    "${step[@]}" &
     step_pid=$!
     [ -z "$stop" ] || kill -USR1 "$step_pid"
     # A trapped signal interrupts `wait` while the step still runs: wait again until it is

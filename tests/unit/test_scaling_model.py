@@ -1,9 +1,11 @@
-"""The scaling model's arithmetic (ddrl/bench/scaling.py) against hand-counted steps."""
+"""The scaling models' arithmetic (ddrl/bench/scaling.py, ddrl/bench/central.py) against
+hand-counted steps."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from ddrl.bench.central import CentralModel
 from ddrl.bench.scaling import Link, fit_link
 from ddrl.errors import DdrlError
 
@@ -56,3 +58,14 @@ def test_fit_link_recovers_latency_and_bandwidth():
     assert two_steps.allreduce(2, 1e6) == pytest.approx(0.002 + 1e6 / 5e6)
     with pytest.raises(DdrlError):
         fit_link(sizes, np.array([0.3, 0.2, 0.1]))
+
+
+def test_the_central_model_is_the_least_of_actors_learner_and_link():
+    # A run on 2 actor hosts: 600 frames/s, actors idle 70%, learner busy 80%, 4,000 B/frame.
+    model = CentralModel.fit({"frames_per_s": 600.0, "actor_idle": 0.7, "learner_busy": 0.8,
+                              "bytes_per_frame": 4000.0}, actor_hosts=2)
+    assert model.actor_fps == pytest.approx(1000.0) and model.learner_fps == pytest.approx(750.0)
+    assert model.frames_per_s(64, 10e9 / 8) == (pytest.approx(750.0), "learner")
+    fast = CentralModel(model.actor_fps, 1e9, model.bytes_per_frame)
+    assert fast.frames_per_s(64, 10e9 / 8) == (pytest.approx(64_000.0), "actors")
+    assert fast.frames_per_s(64, 1e8 / 8) == (pytest.approx(3125.0), "link")
