@@ -215,7 +215,10 @@ class RemotePool:
 
     def __init__(self, cfg: Config, comm: Any, actors: int, obs_shape: tuple[int, ...],
                  obs_dtype: np.dtype, n_actions: int, frames_per_step: int):
-        self.num_envs = actors * cfg.node.n_sim
+        # Each actor's groups are simulators of their own: group g of actor a holds the
+        # learner's simulators (a * groups + g) * n_sim onwards.
+        self._groups = cfg.central.groups
+        self.num_envs = actors * self._groups * cfg.node.n_sim
         self.n_actions = n_actions
         self.obs_shape = obs_shape
         self.frames_per_step = frames_per_step
@@ -314,7 +317,7 @@ class RemotePool:
                         empty.astype(np.float32), empty.astype(bool), empty.astype(bool), None)
         ids, obs, reward, done, trunc, final, episodes = [], [], [], [], [], [], []
         for req, meta, rows, final_rows in parts:
-            base = req.actor * self._n_sim
+            base = (req.actor * self._groups + req.group) * self._n_sim
             ids.append(base + req.env_ids)
             obs.append(rows)
             reward.append(meta["reward"].astype(np.float32))
