@@ -6,8 +6,9 @@ actions come back.
 Actor side (`run_actor`): each actor rank steps `central.groups` groups of `node.n_sim`
 simulators; while one group waits for its actions the others step, so the rank's cores do
 not idle. For each group step it sends one OBS_META (float64, `obs_meta_schema`) and one
-OBS_DATA (the observations as raw bytes: uint8 frames for Atari), then waits for that
-group's ACTIONS (int32, tag ACTIONS + group).
+OBS_DATA (the observations as raw bytes, Atari stacks as their newest frame where the learner
+holds the rest: ddrl/distributed/frames.py), then waits for that group's ACTIONS (int32, tag
+ACTIONS + group).
 
 Learner side (`RemotePool`): a simulator pool whose simulators are on the actor ranks. Its
 `recv()` is the inference batcher: it takes the actors' steps as they come and closes a batch
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ddrl.config import Config
+from ddrl.distributed.frames import StackReceiver, StackSender
 from ddrl.distributed.schema import Schema
 from ddrl.distributed.sync import LocalSync, bcast
 from ddrl.distributed.waiting import Backoff, abort
@@ -54,11 +56,12 @@ OBS_HEAD = Schema("group", "n", "games", "truncated", "frames", "t_sim", "t_idle
 
 
 def obs_meta_schema(n: int, games: int) -> Schema:
-    """n simulators' ids (local to the actor), rewards, dones and truncation flags; per
-    finished game its simulator, return and length."""
+    """n simulators' ids (local to the group), rewards, dones, truncation flags and which
+    observations go whole (`StackSender`); per finished game its simulator, return and
+    length."""
     return Schema(*OBS_HEAD.names, ("env_ids", n), ("reward", n), ("done", n),
-                  ("truncated_mask", n), ("games_env", games), ("games_return", games),
-                  ("games_length", games))
+                  ("truncated_mask", n), ("whole", n), ("games_env", games),
+                  ("games_return", games), ("games_length", games))
 
 
 def is_actor(cfg: Config, world: World) -> bool:
@@ -93,9 +96,10 @@ def _bytes(a: np.ndarray) -> np.ndarray:
 class _Group:
     """One group of simulators with at most one step in flight to the learner."""
 
-    def __init__(self, index: int, pool):
+    def __init__(self, index: int, pool, stacked: bool):
         self.index = index
         self.pool = pool
+        self.sender = StackSender(pool.num_envs, stacked)
         self.actions = np.zeros(pool.num_envs, np.int32)
         self.request = None
         self.sent_at = 0.0
@@ -109,7 +113,8 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
     groups = [_Group(g, make_pool(cfg, cfg.node.n_sim,
                                   derive_seed(cfg.run.seed, world.rank, f"actor{g}/{restart}"),
                                   train=True,
-                                  rng=rng(cfg.run.seed, world.rank, f"actor{g}/{restart}/decorrelate")))
+                                  rng=rng(cfg.run.seed, world.rank, f"actor{g}/{restart}/decorrelate")),
+                     stacked=cfg.is_atari)
               for g in range(cfg.central.groups)]
     stop = np.zeros(1, np.int64)
     stop_request = comm.Irecv(stop, LEARNER, STOP)
@@ -133,15 +138,17 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
         frames += n * group.pool.frames_per_step
         games += len(step.episodes)
         ep = np.array(step.episodes, np.float64).reshape(-1, 3)
+        # A done step's observation is the next game's first stack: it goes whole.
+        whole, data = group.sender.encode(step.env_ids, step.obs, step.done)
+        if step.final_obs is not None:
+            data = np.concatenate([data, _bytes(step.final_obs)])
         meta = obs_meta_schema(n, len(ep)).pack(
             group=group.index, n=n, games=len(ep), truncated=int(step.truncated.sum()),
             frames=n * group.pool.frames_per_step, t_sim=t_sim, t_idle=t_idle, t_round=t_round,
             rounds=rounds,
             env_ids=step.env_ids, reward=step.reward, done=step.done,
-            truncated_mask=step.truncated, games_env=ep[:, 0], games_return=ep[:, 1],
-            games_length=ep[:, 2])
-        data = _bytes(step.obs) if step.final_obs is None else \
-            np.concatenate([_bytes(step.obs), _bytes(step.final_obs)])
+            truncated_mask=step.truncated, whole=whole, games_env=ep[:, 0],
+            games_return=ep[:, 1], games_length=ep[:, 2])
         group.request = comm.Irecv(group.actions[:n], LEARNER, ACTIONS + group.index)
         sends.extend([comm.Isend(meta, LEARNER, OBS_META), comm.Isend(data, LEARNER, OBS_DATA)])
         steps_sent += 1
@@ -225,6 +232,7 @@ class RemotePool:
         self._comm = comm
         self._n_sim = cfg.node.n_sim
         self._dtype = np.dtype(obs_dtype)
+        self._frames = StackReceiver(self.num_envs, obs_shape, obs_dtype, stacked=cfg.is_atari)
         self._row = int(np.prod(obs_shape)) * self._dtype.itemsize
         self._batch = cfg.central.batch or max(1, self.num_envs // cfg.central.groups)
         self._deadline = cfg.central.deadline_ms / 1e3
@@ -295,7 +303,9 @@ class RemotePool:
         n, games = int(head["n"]), int(head["games"])
         meta = obs_meta_schema(n, games).unpack(meta_buf)
         truncated = int(head["truncated"])
-        data = np.empty((n + truncated) * self._row, np.uint8)
+        whole = meta["whole"].astype(bool)
+        size = self._frames.nbytes(whole)
+        data = np.empty(size + truncated * self._row, np.uint8)
         self._comm.Recv(data, src, OBS_DATA)
         actor = src - 1
         st = self._stats[actor]
@@ -306,9 +316,14 @@ class RemotePool:
         st.frames += head["frames"]
         st.clocks[:] = [head[name] for name in CLOCKS]
         st.bytes_in += meta_buf.nbytes + data.nbytes
-        rows = data.view(self._dtype).reshape(n + truncated, *self.obs_shape)
         req = _Request(actor, int(head["group"]), meta["env_ids"].astype(np.int64))
-        return req, meta, rows[:n], (rows[n:] if truncated else None)
+        obs = self._frames.decode(self._base(req) + req.env_ids, whole, data[:size])
+        final = data[size:].view(self._dtype).reshape(truncated, *self.obs_shape)
+        return req, meta, obs, (final if truncated else None)
+
+    def _base(self, req: _Request) -> int:
+        """The learner-wide index of the request's group's first simulator."""
+        return (req.actor * self._groups + req.group) * self._n_sim
 
     def _step(self, parts) -> Step:
         if not parts:  # stopping
@@ -317,7 +332,7 @@ class RemotePool:
                         empty.astype(np.float32), empty.astype(bool), empty.astype(bool), None)
         ids, obs, reward, done, trunc, final, episodes = [], [], [], [], [], [], []
         for req, meta, rows, final_rows in parts:
-            base = (req.actor * self._groups + req.group) * self._n_sim
+            base = self._base(req)
             ids.append(base + req.env_ids)
             obs.append(rows)
             reward.append(meta["reward"].astype(np.float32))
