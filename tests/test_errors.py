@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -232,3 +234,28 @@ def test_a_damaged_log_is_reported_and_a_resume_sets_it_aside(run_dir):
     starts = table(run_dir, "starts")
     assert starts["restart"].tolist() == [0, 1] and starts["damaged_log"].tolist() == [0, 1]
     assert len(table(run_dir, "train")) > 0 and len(table(run_dir, "episodes")) > 0
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler for the signal now (its SigCgt mask)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def test_a_stop_signal_during_start_up_checkpoints_and_exits_resumable(run_dir):
+    """Slurm's warning while TensorFlow still loads: a checkpoint at the first update and exit
+    3, not the default action's death."""
+    proc = subprocess.Popen([*DDRL, "train", str(JOBS / "cartpole.toml"), "--out", str(run_dir),
+                             *NO_EVAL], cwd=ROOT, env=env_for_tests(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    while not catches(proc.pid, signal.SIGUSR1):
+        assert proc.poll() is None
+        time.sleep(0.01)
+    assert not (run_dir / "log.h5").exists()  # still starting
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err
+    assert "stopped (signal) after 1 updates" in out, out
+    assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).update == 1

@@ -23,11 +23,10 @@ from ddrl.errors import DdrlError
 
 @dataclass(frozen=True)
 class CentralModel:
-    """Central mode's frames/s as the least of three rates, each fitted on one run:
+    """Central mode's frames/s as the least of three rates, each fitted on one run (`fit`):
     - the actors': each actor host's simulators alone, its idle time (waiting for actions)
       taken out;
-    - the learner's: the frames/s at which its inference and training keep it busy all the
-      time (measured frames/s over its busy share);
+    - the learner's: the frames/s at which it is busy all the time;
     - the learner's link: its rate over the bytes each frame puts on it (observations in,
       actions out; counted both ways, so a little pessimistic for a full-duplex link).
     On CPU cores the learner is the limit; an accelerator raises its rate (not measured here:
@@ -38,9 +37,18 @@ class CentralModel:
 
     @classmethod
     def fit(cls, measured: dict[str, float], actor_hosts: int) -> "CentralModel":
-        fps = measured["frames_per_s"]
-        return cls(fps / actor_hosts / max(1.0 - measured["actor_idle"], 1e-3),
-                   fps / max(measured["learner_busy"], 1e-3), measured["bytes_per_frame"])
+        """From one run, which reproduces it: the side that waits less is the limit at its
+        measured rate. Actors idle longer than the learner wait for it, so the learner's rate
+        is the run's (its busy share, inference and training alone, leaves out its gathering
+        and the hand-offs between its threads); otherwise the actors' is."""
+        fps, idle, busy = measured["frames_per_s"], measured["actor_idle"], measured["learner_busy"]
+        actor_fps = fps / actor_hosts / max(1.0 - idle, 1e-3)
+        learner_fps = fps / max(busy, 1e-3)
+        if idle > 1.0 - busy:
+            learner_fps = fps
+        else:
+            actor_fps = fps / actor_hosts
+        return cls(actor_fps, learner_fps, measured["bytes_per_frame"])
 
     def frames_per_s(self, actor_hosts: int, link_bytes_per_s: float) -> tuple[float, str]:
         """The predicted rate and what limits it."""

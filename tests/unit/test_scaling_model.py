@@ -61,11 +61,18 @@ def test_fit_link_recovers_latency_and_bandwidth():
 
 
 def test_the_central_model_is_the_least_of_actors_learner_and_link():
-    # A run on 2 actor hosts: 600 frames/s, actors idle 70%, learner busy 80%, 4,000 B/frame.
-    model = CentralModel.fit({"frames_per_s": 600.0, "actor_idle": 0.7, "learner_busy": 0.8,
-                              "bytes_per_frame": 4000.0}, actor_hosts=2)
-    assert model.actor_fps == pytest.approx(1000.0) and model.learner_fps == pytest.approx(750.0)
-    assert model.frames_per_s(64, 10e9 / 8) == (pytest.approx(750.0), "learner")
+    # A run on 2 actor hosts: 600 frames/s, actors idle 70%, learner busy 80%, 4,000 B/frame:
+    # the actors wait for the learner, whose rate is then the run's.
+    run = {"frames_per_s": 600.0, "actor_idle": 0.7, "learner_busy": 0.8,
+           "bytes_per_frame": 4000.0}
+    model = CentralModel.fit(run, actor_hosts=2)
+    assert model.actor_fps == pytest.approx(1000.0) and model.learner_fps == pytest.approx(600.0)
+    assert model.frames_per_s(2, 10e9 / 8) == (pytest.approx(600.0), "learner")  # the run
+    assert model.frames_per_s(64, 10e9 / 8) == (pytest.approx(600.0), "learner")
+    # Actors busy (idle 10%), learner half idle: the actors are the limit.
+    busy = CentralModel.fit({**run, "actor_idle": 0.1, "learner_busy": 0.5}, actor_hosts=2)
+    assert busy.frames_per_s(2, 10e9 / 8) == (pytest.approx(600.0), "actors")
+    assert busy.learner_fps == pytest.approx(1200.0)
     fast = CentralModel(model.actor_fps, 1e9, model.bytes_per_frame)
     assert fast.frames_per_s(64, 10e9 / 8) == (pytest.approx(64_000.0), "actors")
     assert fast.frames_per_s(64, 1e8 / 8) == (pytest.approx(3125.0), "link")
