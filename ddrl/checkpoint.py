@@ -109,6 +109,16 @@ def load(path: Path) -> Checkpoint:
         raise DdrlError(f"checkpoint {path} is damaged or not a ddrl checkpoint ({exc})") from None
 
 
+def read_meta(path: Path) -> dict:
+    """A checkpoint's counters (update, frames, wall_time, restarts, score) without reading
+    its arrays."""
+    try:
+        with np.load(path) as data:
+            return json.loads(str(data["meta"]))
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        raise DdrlError(f"checkpoint {path} is damaged or not a ddrl checkpoint ({exc})") from None
+
+
 def latest_intact(directory: Path) -> tuple[Path | None, Checkpoint | None, list[str]]:
     """The newest checkpoint that loads (its path and contents, so nobody reads it twice), and
     one line per newer one that did not (a disk that filled up or a copy cut short can damage

@@ -18,6 +18,7 @@ COMMANDS = {
     "bench": ("ddrl.bench", "benchmarks: node throughput, all-reduce, SB3 comparison"),
     "analyze": ("analysis.cli", "summaries and figures from run logs"),
     "export": ("analysis.tensorboard", "write run logs as TensorBoard event files"),
+    "status": ("analysis.status", "one line per run: state, progress, speed, scores, time left"),
     "info": ("ddrl.info", "versions, CPU features, model sizes"),
     "slurm": ("ddrl.slurm_script", "print a ready sbatch script for a job file"),
 }

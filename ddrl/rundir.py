@@ -7,6 +7,7 @@ import fcntl
 import os
 import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import IO
 
@@ -15,6 +16,8 @@ from ddrl.config import Config, identity_changes
 from ddrl.errors import DdrlError
 from ddrl.log import open_log
 from ddrl.output import say
+
+LOCK_TRIES = 10
 
 
 def default_run_dir(job: str) -> Path:
@@ -91,7 +94,15 @@ def hold(run_dir: Path) -> IO:
     _check_writable(run_dir)
     f = open(run_dir / ".lock", "a+")
     try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # A few tries: `ddrl status` takes a shared lock for an instant to see if a run holds it.
+        for attempt in range(LOCK_TRIES):
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt == LOCK_TRIES - 1:
+                    raise
+                time.sleep(0.1)
     except BlockingIOError:
         f.seek(0)
         owner = f.read().strip() or "another process"

@@ -261,3 +261,34 @@ def test_export_of_runs_whose_names_collide_stays_inside_its_directory(run_dirs,
     written = [p for p in tmp_path.rglob("events.out.tfevents.*")]
     assert len(written) == 2 and all(tb in p.parents for p in written), written
     assert not list(other.glob("events.out.tfevents.*"))
+
+
+def test_status_says_where_each_run_stands(run_dirs, tmp_path):
+    proc = ddrl("status", str(run_dirs[0].parent))  # a directory of runs
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:3] == ["run", "state", "frames"] and len(lines) == 3
+    # Both reached CartPole's target before their frame budget: finished, with a time to it.
+    assert all(line.split()[1] == "finished" and line.split()[-3] != "-" for line in lines[1:])
+    damaged = tmp_path / "damaged"
+    shutil.copytree(run_dirs[0], damaged)
+    (damaged / "log.h5").write_bytes(b"\0" * 4096)
+    live = tmp_path / "live"
+    train = subprocess.Popen([sys.executable, "-m", "ddrl", "train", JOB, "--out", str(live),
+                              "--set", "run.max_frames=100000000", "--set", "eval.target=none"],
+                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((live / "log.h5").exists() and len(raw(live, "train")) >= 3):
+            assert time.monotonic() < deadline and train.poll() is None
+            time.sleep(0.5)
+        proc = ddrl("status", str(live), str(damaged))
+    finally:
+        train.send_signal(signal.SIGTERM)
+        train.wait(timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    running, broken = proc.stdout.splitlines()[1:]
+    assert running.split()[:2] == ["live", "running"] and ":" in running.split()[-1], running
+    assert broken.split()[:2] == ["damaged", "damaged"], broken
+    after = ddrl("status", str(live)).stdout.splitlines()[1]
+    assert after.split()[1] == "stopped" and after.split()[-1] == "-", after

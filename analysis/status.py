@@ -1,0 +1,126 @@
+"""`ddrl status RUN...`: one line per run, read from its live log: state, frames and share of
+the frame budget, recent frames/s, last and best evaluation, time to target, restarts, and
+time left for a running run. A RUN is a run directory, its log.h5, or a directory of runs (a
+sweep's or a job array's parent): each subdirectory with a log counts."""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import math
+from pathlib import Path
+
+from analysis.load import LOG_NAME, Run, load_run
+from analysis.scores import to_target
+from ddrl import checkpoint
+from ddrl.errors import DdrlError
+
+# frames/s over the last this many seconds of the run's /train rows.
+RECENT_SECONDS = 60.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", metavar="RUN",
+                        help="run directories, their log.h5 files, or directories of runs")
+
+
+def expand(paths: list[str]) -> list[Path]:
+    """The run directories named or held by `paths`, in order."""
+    found = []
+    for text in paths:
+        path = Path(text)
+        if path.is_file():
+            found.append(path.parent)
+        elif (path / LOG_NAME).is_file():
+            found.append(path)
+        elif path.is_dir() and (runs := sorted(p.parent for p in path.glob(f"*/{LOG_NAME}"))):
+            found += runs
+        else:
+            raise DdrlError(f"{path}: no run there (no {LOG_NAME} in it or in its subdirectories)")
+    return found
+
+
+def running(run_dir: Path) -> bool:
+    """Whether a process holds the run directory's lock (ddrl train holds it for its life).
+    A shared lock, taken and dropped at once: a run starting in that instant retries."""
+    try:
+        with open(run_dir / ".lock") as f:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # no lock file: a run from before locks, or never started
+        pass
+    return False
+
+
+def _fmt(value: float, spec: str) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else format(value, spec)
+
+
+def _clock(seconds: float) -> str:
+    if seconds is None or math.isnan(seconds):
+        return "-"
+    hours, rest = divmod(int(seconds), 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def line(run_dir: Path) -> list[str]:
+    try:
+        run = load_run(run_dir)
+    except DdrlError as exc:
+        return [run_dir.name, "damaged", str(exc)]
+    live = running(run_dir)
+    progress = run.progress()
+    # The log's last /train row trails the run by up to run.log_every updates; its last
+    # checkpoint does not (the final one is of the last update).
+    frames = max(progress.frames, _saved_frames(run_dir))
+    budget = int(run.setting("run.max_frames", 0)) or None
+    minutes = float(run.setting("run.max_minutes", 0.0))
+    t_target, _ = to_target(run, None)
+    finished = (budget is not None and frames >= budget) or not math.isnan(t_target) \
+        or (minutes > 0 and progress.wall_time >= minutes * 60)
+    state = "running" if live else "finished" if finished else "stopped"
+    fps = _recent_rate(run)
+    # Time left, running runs only: to the frame budget at the recent rate, or the time limit.
+    ends = [(budget - frames) / fps] if live and fps and budget else []
+    ends += [minutes * 60 - progress.wall_time] if live and minutes > 0 else []
+    evals = run["eval"]["mean_return"]
+    return [run_dir.name, state,
+            f"{frames:,}" + (f" ({frames / budget:.0%})" if budget else ""),
+            _fmt(fps, ",.0f"), _fmt(evals.iloc[-1] if len(evals) else None, ".1f"),
+            _fmt(evals.max() if len(evals) else None, ".1f"), _clock(t_target),
+            str(int(run.attrs.get("restarts", 0))), _clock(min(ends)) if ends else "-"]
+
+
+def _saved_frames(run_dir: Path) -> int:
+    saved = checkpoint.latest(run_dir / "checkpoints")
+    try:
+        return checkpoint.read_meta(saved)["frames"] if saved else 0
+    except DdrlError:  # damaged: the log's figure stands
+        return 0
+
+
+def _recent_rate(run: Run) -> float | None:
+    train = run["train"]
+    if len(train) < 2:
+        return None
+    recent = train[train["wall_time"] >= train["wall_time"].iloc[-1] - RECENT_SECONDS]
+    if len(recent) < 2:
+        recent = train.iloc[-2:]
+    span = recent["wall_time"].iloc[-1] - recent["wall_time"].iloc[0]
+    return float((recent["frames"].iloc[-1] - recent["frames"].iloc[0]) / span) if span > 0 else None
+
+
+def run(args: argparse.Namespace) -> int:
+    header = ["run", "state", "frames", "frames/s", "last eval", "best eval", "to target",
+              "restarts", "left"]
+    rows = [header, *(line(d) for d in expand(args.runs))]
+    widths = [max(len(r[i]) for r in rows if len(r) > i and len(r) == len(header))
+              for i in range(len(header))]
+    for r in rows:
+        if len(r) == len(header):
+            print("  ".join(cell.ljust(w) if i < 2 else cell.rjust(w)
+                            for i, (cell, w) in enumerate(zip(r, widths))).rstrip())
+        else:  # damaged: its name, its state and why
+            print(f"{r[0].ljust(widths[0])}  {r[1]}  {r[2]}")
+    return 0
