@@ -268,8 +268,10 @@ def test_status_says_where_each_run_stands(run_dirs, tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split()[:3] == ["run", "state", "frames"] and len(lines) == 3
-    # Both reached CartPole's target before their frame budget: finished, with a time to it.
-    assert all(line.split()[1] == "finished" and line.split()[-3] != "-" for line in lines[1:])
+    # Each ended at its frame budget or at CartPole's target (then with a time to it).
+    for line in lines[1:]:
+        cells = line.split()
+        assert cells[1] == "finished" and ("(100%)" in line or cells[-3] != "-"), lines
     damaged = tmp_path / "damaged"
     shutil.copytree(run_dirs[0], damaged)
     (damaged / "log.h5").write_bytes(b"\0" * 4096)

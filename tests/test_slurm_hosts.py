@@ -40,6 +40,39 @@ def test_two_node_job_runs_one_rank_per_host(slurm_hosts_cluster, tmp_path):
     assert min(received, sent) >= ckpt.update * ckpt.weights.nbytes, (received, sent)
 
 
+def test_central_mode_runs_as_a_heterogeneous_job(slurm_hosts_cluster, tmp_path):
+    """`ddrl slurm` of a central-mode job: a learner component and an actor component, one
+    MPI world across them (srun --het-group, PMIx); Slurm's warning checkpoints, the job
+    requeues and the resume completes the run in one log."""
+    cluster = slurm_hosts_cluster
+    out = tmp_path / "run"
+    printed = subprocess.run(
+        [sys.executable, "-m", "ddrl", "slurm", str(CARTPOLE), "--out", str(out),
+         "--set", "sync.mode=central", "--set", "algo.name=vtrace",
+         "--set", "run.max_frames=60000", *NO_EVAL, "--nodes", "1", "--tasks-per-node", "2",
+         "--cpus-per-task", "1", "--learner-cpus", "1"],
+        capture_output=True, text=True, check=True)
+    script = tmp_path / "central.sbatch"
+    script.write_text(printed.stdout)
+    job = cluster.submit(script)
+    deadline = time.monotonic() + 180
+    while checkpoint.latest(out / "checkpoints") is None and not (out / "log.h5").exists():
+        assert time.monotonic() < deadline, cluster.records(job)
+        time.sleep(0.5)
+    time.sleep(3)
+    cluster.run("scancel", "--signal=USR1", "--batch", job)
+    results = cluster.wait(job, timeout=300)
+    text = results[0].text()
+    assert all((r.state, r.exit_code) == ("COMPLETED", 0) for r in results), text
+    assert "(2 components)" in text and f"job {job} requeued" in text, text
+    with h5py.File(out / "log.h5", "r", swmr=True) as f:
+        ranks, starts, train = f["ranks"][:], f["starts"][:], f["train"][:]
+    assert set(ranks["rank"]) >= {1, 2}  # the actor component's two tasks
+    assert starts["restart"].tolist()[:2] == [0, 1]
+    assert np.all(np.diff(train["update"]) > 0)
+    assert checkpoint.load(checkpoint.latest(out / "checkpoints")).frames >= 60000
+
+
 def test_warning_signal_requeues_and_resumes_across_nodes(slurm_hosts_cluster, tmp_path):
     _, _, starts = warn_and_resume(slurm_hosts_cluster, tmp_path / "run", TWO_NODES)
     assert list(starts["nodes"][:2]) == [2, 2] and list(starts["restart"][:2]) == [0, 1], starts
@@ -95,35 +128,3 @@ def lose_a_host(cluster, out: Path, env: dict[str, str] | None = None) -> str:
 def test_a_lost_host_restarts_the_job_on_the_host_left(slurm_hosts_cluster, tmp_path):
     lose_a_host(slurm_hosts_cluster, tmp_path / "run")
 
-
-def test_central_mode_runs_as_a_heterogeneous_job(slurm_hosts_cluster, tmp_path):
-    """`ddrl slurm` of a central-mode job: a learner component and an actor component, one
-    MPI world across them (srun --het-group, PMIx); Slurm's warning checkpoints, the job
-    requeues and the resume completes the run in one log."""
-    cluster = slurm_hosts_cluster
-    out = tmp_path / "run"
-    printed = subprocess.run(
-        [sys.executable, "-m", "ddrl", "slurm", str(CARTPOLE), "--out", str(out),
-         "--set", "sync.mode=central", "--set", "algo.name=vtrace",
-         "--set", "run.max_frames=60000", *NO_EVAL, "--nodes", "1", "--tasks-per-node", "2",
-         "--cpus-per-task", "1", "--learner-cpus", "1"],
-        capture_output=True, text=True, check=True)
-    script = tmp_path / "central.sbatch"
-    script.write_text(printed.stdout)
-    job = cluster.submit(script)
-    deadline = time.monotonic() + 120
-    while checkpoint.latest(out / "checkpoints") is None and not (out / "log.h5").exists():
-        assert time.monotonic() < deadline, cluster.records(job)
-        time.sleep(0.5)
-    time.sleep(3)
-    cluster.run("scancel", "--signal=USR1", "--batch", job)
-    results = cluster.wait(job, timeout=300)
-    text = results[0].text()
-    assert all((r.state, r.exit_code) == ("COMPLETED", 0) for r in results), text
-    assert "(2 components)" in text and f"job {job} requeued" in text, text
-    with h5py.File(out / "log.h5", "r", swmr=True) as f:
-        ranks, starts, train = f["ranks"][:], f["starts"][:], f["train"][:]
-    assert set(ranks["rank"]) >= {1, 2}  # the actor component's two tasks
-    assert starts["restart"].tolist()[:2] == [0, 1]
-    assert np.all(np.diff(train["update"]) > 0)
-    assert checkpoint.load(checkpoint.latest(out / "checkpoints")).frames >= 60000
