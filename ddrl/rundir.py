@@ -93,17 +93,14 @@ def hold(run_dir: Path) -> IO:
     needs `-o flock`."""
     _check_writable(run_dir)
     f = open(run_dir / ".lock", "a+")
-    try:
-        # A few tries: `ddrl status` takes a shared lock for an instant to see if a run holds it.
-        for attempt in range(LOCK_TRIES):
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if attempt == LOCK_TRIES - 1:
-                    raise
-                time.sleep(0.1)
-    except BlockingIOError:
+    # A few tries: `ddrl status` takes a shared lock for an instant to see if a run holds it.
+    for _ in range(LOCK_TRIES):
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            time.sleep(0.1)
+    else:
         f.seek(0)
         owner = f.read().strip() or "another process"
         f.close()

@@ -41,22 +41,22 @@ class StackReceiver:
         self._shape = obs_shape
         self._dtype = np.dtype(dtype)
         self._stacks = np.zeros((num_envs, *obs_shape), self._dtype) if stacked else None
+        # Bytes of a whole observation, and of what goes in its place otherwise.
+        self._row = int(np.prod(obs_shape)) * self._dtype.itemsize
+        self._part = self._row // obs_shape[0] if stacked else self._row
 
     def nbytes(self, whole: np.ndarray) -> int:
         """The size of a message's observation bytes with this `whole` mask."""
-        row = int(np.prod(self._shape)) * self._dtype.itemsize
-        part = row // self._shape[0] if self._stacked else row
         k = int(whole.sum())
-        return k * row + (len(whole) - k) * part
+        return k * self._row + (len(whole) - k) * self._part
 
     def decode(self, env_ids: np.ndarray, whole: np.ndarray, data: np.ndarray) -> np.ndarray:
         """The simulators' stacks, with this message's frames slid in."""
         if not self._stacked:
             return data.view(self._dtype).reshape(len(env_ids), *self._shape)
         k = int(whole.sum())
-        row = int(np.prod(self._shape)) * self._dtype.itemsize
-        full = data[:k * row].view(self._dtype).reshape(k, *self._shape)
-        newest = data[k * row:].view(self._dtype).reshape(len(env_ids) - k, 1, *self._shape[1:])
+        full = data[:k * self._row].view(self._dtype).reshape(k, *self._shape)
+        newest = data[k * self._row:].view(self._dtype).reshape(len(env_ids) - k, 1, *self._shape[1:])
         stacks = self._stacks
         stacks[env_ids[whole]] = full
         slide = env_ids[~whole]
