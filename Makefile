@@ -13,8 +13,13 @@ RUN_REFERENCE ?= pong
 RUN_STAMP := $(shell date +%Y%m%d-%H%M%S)
 RUN_OUT ?= runs/pong-$(RUN_STAMP)
 export OMPI_MCA_rmaps_base_oversubscribe := 1
+# The newest stack (Python 3.13, the newest TensorFlow, numpy 2; no Horovod) in a venv of its
+# own, for `make test-newest`; pyenv's 3.13 by default.
+NEWEST_PYTHON ?= $(lastword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3))
+NEWEST_VENV := .venv-newest
+NEWEST_PY := $(NEWEST_VENV)/bin/python
 
-.PHONY: setup run test docs bench clean-venv
+.PHONY: setup run test test-newest docs bench clean-venv
 
 setup: $(VENV)/.horovod
 
@@ -49,12 +54,26 @@ run: setup
 	$(VENV)/bin/ddrl analyze $(RUN_OUT) --reference $(RUN_REFERENCE)
 
 # The in-process tiers first (unit, then integration over fakes): a broken formula or loop
-# fails in seconds, before any mpirun.
+# fails in seconds, before any mpirun. Then the newest stack's leg.
 test: setup
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q tests/unit tests/integration
 	$(MAKE) --no-print-directory docs
 	$(PY) -m pytest -q --durations=15 tests --ignore=tests/unit --ignore=tests/integration
+	$(MAKE) --no-print-directory test-newest
+
+$(NEWEST_VENV)/.deps: setup.cfg pyproject.toml .ci/constraints-newest.txt $(VENV)/.apt
+	@[ -n "$(NEWEST_PYTHON)" ] || { echo "ddrl: error: no Python 3.13 found under ~/.pyenv/versions; set NEWEST_PYTHON=/path/to/python3.13" >&2; exit 2; }
+	@[ -x $(NEWEST_PY) ] || $(NEWEST_PYTHON) -m venv $(NEWEST_VENV)
+	$(NEWEST_PY) -m pip install -q --upgrade pip setuptools wheel
+	$(NEWEST_PY) -m pip install -q -c .ci/constraints-newest.txt -e '.[test]'
+	@touch $@
+
+# The unit and integration tiers and the end-to-end tests marked `newest_stack` (two ranks
+# under mpirun, an Atari game, a resume, the installed wheel) on the newest stack.
+test-newest: $(NEWEST_VENV)/.deps
+	$(NEWEST_PY) -m pytest -q tests/unit tests/integration
+	$(NEWEST_PY) -m pytest -q -m newest_stack tests --ignore=tests/unit --ignore=tests/integration
 
 # The documentation site (docs/, mkdocs.yml) into site/; --strict fails on a broken link.
 docs: setup
@@ -64,4 +83,4 @@ bench: setup
 	$(VENV)/bin/ddrl bench node jobs/pong.toml
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(NEWEST_VENV)

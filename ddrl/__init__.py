@@ -6,3 +6,6 @@ import os
 # command, `python -m ddrl.bench.node`, library use); a user who sets TF_CPP_MIN_LOG_LEVEL
 # gets what they asked for.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# TensorFlow 2.16 and later make tf.keras Keras 3 unless told otherwise; ddrl's models,
+# optimizer and Horovod's variable broadcast use the Keras 2 API, which tf-keras keeps.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")

@@ -10,13 +10,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import tomli_w
-import tomllib
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, before it joined the standard library
+    import tomli as tomllib
 
 from ddrl.errors import DdrlError
 from ddrl.output import say
@@ -50,6 +55,9 @@ class RunConfig:
     keep_checkpoints: int = 3
     log_every: int = 10
     progress_seconds: float = 10.0
+    # TensorBoard event files beside log.h5 (DIR/tensorboard/), written live by rank 0 with
+    # the scalars of /train, /eval and /episodes.
+    tensorboard: bool = True
 
 
 @dataclass

@@ -43,6 +43,7 @@ DOCS = {
     "run.keep_checkpoints": "periodic checkpoints kept",
     "run.log_every": "updates per `/train` row",
     "run.progress_seconds": "seconds between progress lines",
+    "run.tensorboard": "TensorBoard event files written live beside the log in `RUN_DIR/tensorboard/`",
     "node.mode": "`ba3c`: asynchronous predictors and a FIFO (the paper); `a2c`: synchronous, "
                  "reproducible; `dqn`: samplers, a replay memory and a target network (chosen "
                  "by `algo.name = \"dqn\"`)",

@@ -1,4 +1,5 @@
-"""`ddrl info`: library versions, the MPI library, CPU features, and model sizes."""
+"""`ddrl info`: library versions, the MPI library, CPU features, TensorFlow's devices, and model
+sizes."""
 from __future__ import annotations
 
 import argparse
@@ -7,19 +8,40 @@ import os
 import platform
 from pathlib import Path
 
-PACKAGES = ("tensorflow-cpu", "horovod", "mpi4py", "ale-py", "gymnasium", "h5py", "numpy")
+# An older install may hold tensorflow-cpu instead of tensorflow: `info` names whichever is there.
+TENSORFLOW = ("tensorflow", "tensorflow-cpu")
+PACKAGES = ("tf-keras", "horovod", "mpi4py", "ale-py", "gymnasium", "h5py", "numpy")
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "fma")
 
 
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for pkg in PACKAGES:
-        try:
-            out[pkg] = importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            out[pkg] = "not installed"
+    found = [(pkg, version(pkg)) for pkg in TENSORFLOW]
+    out.update([next(((p, v) for p, v in found if v != "not installed"), found[0])])
+    out.update((pkg, version(pkg)) for pkg in PACKAGES)
     out["mpi"] = mpi_library()
     return out
+
+
+def version(pkg: str) -> str:
+    try:
+        return importlib.metadata.version(pkg)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def devices() -> str:
+    """What TensorFlow would run on: its CPU and each GPU it sees (by name), and whether this
+    build of TensorFlow has CUDA at all, so that a GPU that is not used says why."""
+    import tensorflow as tf
+
+    names = []
+    for dev in tf.config.list_physical_devices():
+        kind, index = dev.name.split(":")[-2:]
+        detail = (tf.config.experimental.get_device_details(dev).get("device_name")
+                  if kind == "GPU" else None)
+        names.append(f"{kind}:{index}" + (f" ({detail})" if detail else ""))
+    return f"{', '.join(names)}; built with CUDA: {'yes' if tf.test.is_built_with_cuda() else 'no'}"
 
 
 def mpi_library() -> str:
@@ -72,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{k:16s} {v}")
     print(f"{'horovod build':16s} {horovod_build()}")
     print(f"{'cpu':16s} {cpu_summary()}")
+    print(f"{'devices':16s} {devices()}")
     if args.model is not None:
         from ddrl.config import ModelConfig
         from ddrl.models import build_model, forward_flops

@@ -138,6 +138,12 @@ class RunLog:
         self._pending: dict[str, list[tuple]] = {name: [] for name in TABLES}
         self._flush_seconds = flush_seconds
         self._last_flush = time.monotonic()
+        # Something that takes the rows of each flush as well (ddrl.tensorboard.EventWriter).
+        self.mirror = None
+
+    @property
+    def attrs(self) -> h5py.AttributeManager:
+        return self._f.attrs
 
     @classmethod
     def _publish(cls, tmp: Path, path: Path, f: h5py.File, flush_seconds: float) -> "RunLog":
@@ -225,9 +231,14 @@ class RunLog:
                 ds = self._tables[name]
                 n = ds.shape[0]
                 ds.resize((n + len(rows),))
-                ds[n:] = np.array(rows, dtype=table_dtype(name))
+                written = np.array(rows, dtype=table_dtype(name))
+                ds[n:] = written
                 rows.clear()
+                if self.mirror is not None:
+                    self.mirror.write(name, written, list(written.dtype.names))
             self._f.flush()
+            if self.mirror is not None:
+                self.mirror.flush()
             if sync:
                 _fsync(self._f)
         except (OSError, RuntimeError) as exc:
@@ -240,6 +251,8 @@ class RunLog:
         if self._f.id.valid:
             self.flush(sync=True)
             self._f.close()
+            if self.mirror is not None:
+                self.mirror.close()
 
 
 def open_log(path: str | Path) -> h5py.File:

@@ -16,6 +16,7 @@ from ddrl.errors import DdrlError, EveryRankError, storage_errors
 from ddrl.output import say
 from ddrl.rundir import default_run_dir, hold, prepare
 from ddrl.signals import StopSignals
+from ddrl.tensorboard import EventWriter, start_timestamp
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -180,6 +181,11 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
             if log.damaged:
                 say(f"[ddrl] {log.damaged}: set aside as {log.set_aside.name}; "
                     "the run goes on in a new log with the rows that could be read", err=True)
+        if cfg.run.tensorboard:
+            log.mirror = EventWriter(run_dir / "tensorboard", start_timestamp(log.attrs.get("start_time")))
+            if ckpt is not None:
+                # Rows at the checkpoint's own frames stay; what came after, the run plays again.
+                log.mirror.restart(counters.frames + 1)
         log.append("starts", {"restart": counters.restarts, "update": counters.update,
                               "frames": counters.frames, "wall_time": counters.wall_time,
                               "world_size": world.size, "nodes": world.hosts,

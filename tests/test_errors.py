@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import subprocess
@@ -166,6 +167,19 @@ def test_an_error_every_rank_reaches_is_reported_once_under_mpirun(override, nee
         assert (run_dir / "log.h5").read_bytes() == earlier
     else:
         assert not (run_dir / "log.h5").exists()
+
+
+@pytest.mark.newest_stack
+@pytest.mark.skipif(importlib.util.find_spec("horovod") is not None,
+                    reason="Horovod is installed (the newest stack's leg has none)")
+def test_horovod_asked_for_but_not_installed_is_one_line(run_dir):
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", "sync.backend=horovod",
+               ranks=2, timeout=120)
+    assert res.returncode == 2
+    out = res.stdout + res.stderr
+    errors = [line for line in out.splitlines() if line.startswith("ddrl: error:")]
+    assert len(errors) == 1 and "Horovod is not installed" in errors[0], out
+    assert "Traceback" not in out and not (run_dir / "log.h5").exists(), out
 
 
 def test_two_runs_on_one_directory_at_once_one_is_refused(run_dir):

@@ -6,9 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import JOBS, ROOT, env_for_tests
 
 
+@pytest.mark.newest_stack
 def test_an_installed_wheel_renders_batch_scripts_and_reads_references_outside_the_checkout(
         tmp_path: Path):
     wheel_dir, site, src = tmp_path / "wheel", tmp_path / "site", tmp_path / "src"

@@ -10,6 +10,7 @@ import h5py
 import numpy as np
 import pytest
 from conftest import DDRL, JOBS, ROOT, assert_solved, ddrl, env_for_tests, root_attrs, table
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ddrl.loop.trainer import EXIT_SIGNALLED
 
@@ -74,6 +75,7 @@ def test_first_logged_game_includes_the_random_start():
         "no point scored during the random start was counted"
 
 
+@pytest.mark.newest_stack
 def test_pong_log_readable_while_running(run_dir):
     """A real Pong run: a second process reads /train, /episodes and /eval rows mid-run; the
     run is then stopped by SIGTERM (so the test waits on rows, not on a clock) and the log it
@@ -114,6 +116,7 @@ def test_pong_log_readable_while_running(run_dir):
     assert (run_dir / "config.toml").is_file()
 
 
+@pytest.mark.newest_stack
 def test_kill_and_resume_continues_the_log(run_dir):
     """SIGKILL after a checkpoint, then --resume: counters continue, no duplicated or
     missing update rows, the log stays readable, the restart is recorded."""
@@ -145,4 +148,10 @@ def test_kill_and_resume_continues_the_log(run_dir):
     assert root_attrs(run_dir)["restarts"] == 1
     train = table(run_dir, "train")
     assert set(train["restart"][updates > ckpt_update]) == {1}
+    # The live TensorBoard files say what the log says: the killed run's rows after its
+    # checkpoint are replaced by the resumed run's.
+    board = EventAccumulator(str(run_dir / "tensorboard"))
+    board.Reload()
+    assert [p.step for p in board.Scalars("train/loss")] == list(train["frames"])
+    np.testing.assert_allclose([p.value for p in board.Scalars("train/loss")], train["loss"])
     assert np.all(np.diff(train["frames"]) >= 0) and np.all(np.diff(train["wall_time"]) >= 0)

@@ -62,9 +62,11 @@ def test_a2c_alternating_groups_reproducible(tmp_path):
     np.testing.assert_allclose(lag, 1 / 5, rtol=1e-5)
 
 
-def test_info_model_parameter_counts():
+@pytest.mark.newest_stack
+def test_info_model_parameter_counts_and_devices():
     res = ddrl("info", "--model", "ddrl", "nature", "a3c", timeout=120)
     assert res.returncode == 0, res.stderr
+    assert re.search(r"^devices\s+CPU:0\b.*; built with CUDA: (yes|no)$", res.stdout, re.M), res.stdout
     # Counted by hand: convolutions, FC, policy (6 actions) and value heads.
     expected = {"ddrl": (528_711, 130.05), "nature": (1_687_719, 18.69), "a3c": (677_943, 5.93)}
     for arch, (params, mflop) in expected.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pytest
 from conftest import JOBS, ddrl, table
 
 DIGEST = re.compile(r"\[ddrl\] rank (\d+) final weights sha256 ([0-9a-f]+)")
@@ -12,6 +13,7 @@ PPO = ["--set", "algo.name=ppo", "--set", "node.mode=a2c", "--set", "node.n_sim=
        "--set", "eval.every=32", "--set", "run.max_frames=300000"]
 
 
+@pytest.mark.newest_stack
 def test_ppo_learns_cartpole_on_two_ranks_as_one_agent(run_dir):
     res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *PPO, ranks=2, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -1,6 +1,8 @@
 """Which sync backend a job gets, checked against the world before anything heavy starts."""
 from __future__ import annotations
 
+import importlib.util
+
 from ddrl.config import Config
 from ddrl.distributed import central
 from ddrl.distributed.ps import Layout, check
@@ -24,6 +26,9 @@ def check_world(cfg: Config, world_size: int) -> None:
         raise DdrlError("sync.aggregate != 1 (k-of-n) and sync.async = true need sync.mode = 'ps'")
     if world_size > 1 and cfg.sync.backend == "none":
         raise DdrlError(f"{world_size} ranks but sync.backend = 'none': use 'mpi' or 'horovod'")
+    if world_size > 1 and cfg.sync.backend == "horovod" and importlib.util.find_spec("horovod") is None:
+        raise DdrlError("sync.backend = 'horovod' but Horovod is not installed: install the "
+                        "'horovod' extra (docs/install.md) or use sync.backend = 'mpi'")
 
 
 def trainer_ranks(cfg: Config, world_size: int) -> int:

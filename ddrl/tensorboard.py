@@ -1,0 +1,79 @@
+"""The log's figures as TensorBoard scalars: written live beside `log.h5` by rank 0
+(`run.tensorboard`) and afterwards by `ddrl export --tensorboard`, from the same rows.
+
+Scalars are stepped by frames (the x axis of every curve here) and stamped with the run's own
+wall clock (its start time + the row's `wall_time`), so TensorBoard's "relative" axis shows
+training time. Tags are `TABLE/COLUMN`; a NaN (a figure the run's algorithm does not have) is
+left out.
+"""
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+# The tables worth charts and their columns that are figures, not bookkeeping; `None`: every
+# column but the bookkeeping ones.
+TABLES: dict[str, tuple[str, ...] | None] = {
+    "train": None,
+    "eval": ("mean_return", "std_return", "max_return"),
+    "episodes": ("return", "length"),
+}
+_BOOKKEEPING = {"update", "frames", "wall_time"}
+
+
+def start_timestamp(start_time: Any) -> float:
+    """The run's `start_time` attribute (ISO 8601) as a Unix time; 0 where it is missing."""
+    try:
+        return datetime.datetime.fromisoformat(str(start_time)).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def scalars(table: str, rows: Any, columns: list[str]) -> Iterator[tuple[str, int, float, float]]:
+    """(tag, frames, wall_time, value) of the rows of one table. `rows` is anything indexed
+    by column name (a structured array, a DataFrame); `columns` are the names it has."""
+    if table not in TABLES or not len(rows):
+        return
+    wanted = TABLES[table] or [c for c in columns if c not in _BOOKKEEPING]
+    frames, wall_time = rows["frames"], rows["wall_time"]
+    for column in wanted:
+        for f, t, value in zip(frames, wall_time, rows[column]):
+            if math.isfinite(value):
+                yield f"{table}/{column}", int(f), float(t), float(value)
+
+
+class EventWriter:
+    """One TensorBoard event file in `directory`; a new file for each writer, as TensorBoard
+    expects of a resumed run."""
+
+    def __init__(self, directory: Path, start: float):
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self._event, self._session_log, self._summary = Event, SessionLog, Summary
+        self._writer = EventFileWriter(str(directory))
+        self._start = start
+        self.count = 0
+
+    def restart(self, frames: int) -> None:
+        """A resumed run: TensorBoard drops what the earlier events said after `frames` (the
+        checkpoint), which the run is about to play again."""
+        self._writer.add_event(self._event(step=frames, session_log=self._session_log(
+            status=self._session_log.START)))
+
+    def write(self, table: str, rows: Any, columns: list[str]) -> None:
+        for tag, frames, wall_time, value in scalars(table, rows, columns):
+            self._writer.add_event(self._event(
+                wall_time=self._start + wall_time, step=frames,
+                summary=self._summary(value=[self._summary.Value(tag=tag, simple_value=value)])))
+            self.count += 1
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
