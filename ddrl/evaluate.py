@@ -1,4 +1,4 @@
-"""`ddrl eval DIR|CHECKPOINT`: greedy games with a run's saved weights."""
+"""`ddrl eval DIR|CHECKPOINT`: greedy games with a run's saved weights, optionally as a video."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ddrl import checkpoint
 from ddrl.errors import DdrlError
+from ddrl.loop import video
 from ddrl.loop.evaluator import evaluate
 from ddrl.seeding import SEED_LIMIT
 
@@ -16,6 +17,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--best", action="store_true",
                    help="the run's best-evaluated weights (checkpoints/best.npz), not its last")
+    p.add_argument("--video", type=Path, metavar="FILE.gif",
+                   help="play the games on one simulator and write them as an animated GIF, "
+                        "the score on each frame (--episodes default: 1)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,12 +42,19 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise DdrlError(f"no such run directory or checkpoint: {target}")
     cfg = load_config(run_dir / "config.toml", check_env=check_env_id)
+    if args.video is not None:
+        video.check(cfg, args.video)
     ckpt = checkpoint.load(ckpt_path)
     # TensorFlow's start-up takes seconds: only once the inputs are known to be good.
     from ddrl.learner import Learner
 
     learner = Learner(cfg, *env_spec(cfg))
     learner.set_weights(ckpt.weights)
+    if args.video is not None:
+        returns = video.record(cfg, learner, args.video, args.episodes or 1, args.seed)
+        print(f"{ckpt_path}: update {ckpt.update}, frames {ckpt.frames:,}: wrote {len(returns)} "
+              f"game(s) to {args.video}, returns {' '.join(f'{r:+.0f}' for r in returns)}")
+        return 0
     res = evaluate(cfg, learner, args.episodes or cfg.eval.episodes, args.seed)
     print(f"{ckpt_path}: update {ckpt.update}, frames {ckpt.frames:,}: mean {res.mean:.2f} "
           f"+- {res.std:.2f}, max {res.max:.1f} over {res.episodes} episodes")

@@ -9,7 +9,8 @@ import time
 import h5py
 import numpy as np
 import pytest
-from conftest import DDRL, JOBS, ROOT, assert_solved, ddrl, env_for_tests, root_attrs, table
+from conftest import DDRL, JOBS, NO_EVAL, ROOT, assert_solved, ddrl, env_for_tests, root_attrs, table
+from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ddrl.loop.trainer import EXIT_SIGNALLED
@@ -155,3 +156,27 @@ def test_kill_and_resume_continues_the_log(run_dir):
     assert [p.step for p in board.Scalars("train/loss")] == list(train["frames"])
     np.testing.assert_allclose([p.value for p in board.Scalars("train/loss")], train["loss"])
     assert np.all(np.diff(train["frames"]) >= 0) and np.all(np.diff(train["wall_time"]) >= 0)
+
+
+def test_eval_writes_whole_games_as_a_video(run_dir, tmp_path):
+    """A few Pong updates, then `ddrl eval --video`: one whole game (21 points lost or won)
+    as an animated GIF of the agent's frames."""
+    res = ddrl("train", JOBS / "pong-ppo.toml", "--out", run_dir, "--set", "run.max_frames=8000",
+               *NO_EVAL, timeout=300)
+    assert res.returncode == 0, res.stderr
+    gif = tmp_path / "pong.gif"
+    res = ddrl("eval", run_dir, "--video", gif, timeout=300)
+    assert res.returncode == 0, res.stderr
+    returns = [float(r) for r in re.search(r"wrote 1 game\(s\) to \S+, returns (\S+)$", res.stdout,
+                                           re.M).group(1).split()]
+    assert len(returns) == 1 and -21 <= returns[0] <= 21
+    with Image.open(gif) as video:
+        # A game lasts at least 21 points of about 30 agent steps each.
+        assert video.n_frames > 500 and video.size == (192, 192)
+        first = np.asarray(video.convert("L"))
+        video.seek(video.n_frames // 2)
+        assert (np.asarray(video.convert("L")) != first).any(), "the frames do not move"
+
+    wrong = ddrl("eval", run_dir, "--video", tmp_path / "pong.mp4", timeout=60)
+    assert wrong.returncode == 2 and wrong.stderr.strip().splitlines() == [
+        f"ddrl: error: --video {tmp_path / 'pong.mp4'}: the video is written as a GIF; name it FILE.gif"]

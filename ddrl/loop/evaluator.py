@@ -22,6 +22,19 @@ class EvalResult:
     episodes: int
 
 
+def eval_actions(cfg: Config, learner, obs: np.ndarray, n_actions: int,
+                 rng: np.random.Generator) -> np.ndarray:
+    """The evaluated policy's actions: greedy, or epsilon-greedy with `eval.epsilon`."""
+    logits, _ = learner.predict(obs)
+    actions = np.argmax(logits, axis=-1).astype(np.int32)
+    if cfg.eval.epsilon > 0:
+        # DQN's evaluation convention: a greedy policy that waits for a FIRE it never
+        # presses (Breakout after a lost life) would otherwise play to the frame cap.
+        explore = rng.random(len(actions)) < cfg.eval.epsilon
+        actions[explore] = rng.integers(0, n_actions, int(explore.sum()))
+    return actions
+
+
 def evaluate(cfg: Config, learner, episodes: int, seed: int,
              stop: threading.Event | None = None) -> EvalResult | None:
     """Play `episodes` whole games; each simulator plays its share so long games count too.
@@ -36,14 +49,7 @@ def evaluate(cfg: Config, learner, episodes: int, seed: int,
             if stop is not None and stop.is_set():
                 return None
             step = pool.recv()
-            logits, _ = learner.predict(step.obs)
-            actions = np.argmax(logits, axis=-1).astype(np.int32)
-            if cfg.eval.epsilon > 0:
-                # DQN's evaluation convention: a greedy policy that waits for a FIRE it never
-                # presses (Breakout after a lost life) would otherwise play to the frame cap.
-                explore = rng.random(len(actions)) < cfg.eval.epsilon
-                actions[explore] = rng.integers(0, pool.n_actions, int(explore.sum()))
-            pool.send(actions)
+            pool.send(eval_actions(cfg, learner, step.obs, pool.n_actions, rng))
             for env, ret, _ in step.episodes:
                 if quota[env] > 0:
                     quota[env] -= 1

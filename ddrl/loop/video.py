@@ -1,0 +1,60 @@
+"""Whole evaluation games as an animated GIF (`ddrl eval RUN --video FILE.gif`): the frames the
+agent saw (the newest frame of each observation, scaled up), the game and its score so far
+written on each. Pillow, which matplotlib already brings, writes it: nothing to download."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ddrl.config import Config
+from ddrl.envs import make_pool
+from ddrl.errors import DdrlError
+from ddrl.loop.evaluator import eval_actions
+
+SCALE = 3
+# Agent steps per second of the GIF: the game's own speed (60 frames/s, 4 frames per step).
+STEPS_PER_SECOND = 15
+
+
+def check(cfg: Config, path: Path) -> None:
+    """What can be known to fail before TensorFlow starts."""
+    if not cfg.is_atari:
+        raise DdrlError(f"--video: {cfg.env.id} has no screen; videos are of Atari games")
+    if path.suffix.lower() != ".gif":
+        raise DdrlError(f"--video {path}: the video is written as a GIF; name it FILE.gif")
+    if not path.parent.is_dir():
+        raise DdrlError(f"--video {path}: no such directory {path.parent}")
+
+
+def record(cfg: Config, learner, path: Path, games: int, seed: int) -> list[float]:
+    """Play `games` whole games with the evaluated policy on one simulator and write them to
+    `path` (`check`ed); the games' returns."""
+    from PIL import Image, ImageDraw
+
+    pool = make_pool(cfg, 1, seed, train=False)
+    rng = np.random.default_rng(seed)
+    frames: list[Image.Image] = []
+    returns: list[float] = []
+    score = 0.0
+    try:
+        while len(returns) < games:
+            step = pool.recv()
+            score += float(step.reward[0])
+            screen = Image.fromarray(step.obs[0][-1]).resize(
+                (step.obs.shape[-1] * SCALE, step.obs.shape[-2] * SCALE), Image.NEAREST)
+            ImageDraw.Draw(screen).text((4, 2), f"game {len(returns) + 1}  score {score:+.0f}",
+                                        fill=255)
+            frames.append(screen)
+            for _, ret, _ in step.episodes:
+                returns.append(ret)
+                score = 0.0
+            pool.send(eval_actions(cfg, learner, step.obs, pool.n_actions, rng))
+    finally:
+        pool.close()
+    try:
+        frames[0].save(path, save_all=True, append_images=frames[1:], loop=0,
+                       duration=round(1000 / STEPS_PER_SECOND))
+    except OSError as exc:
+        raise DdrlError(f"--video {path}: cannot write it ({exc.strerror or exc})") from None
+    return returns
