@@ -40,10 +40,11 @@ $(VENV)/.deps: $(VENV)/.apt setup.cfg pyproject.toml $(CONSTRAINTS)
 
 # Horovod compiles against the installed TensorFlow and MPI (about 2-4 minutes on 2 cores).
 $(VENV)/.horovod: $(VENV)/.deps
-	@$(PY) -c 'import horovod.tensorflow' 2>/dev/null || \
+	@$(PY) -c 'import horovod.tensorflow' 2>/dev/null || { \
+	  echo "building Horovod against TensorFlow $$($(PY) -c 'import importlib.metadata as m; print(m.version("tensorflow"))') and Open MPI (2-5 minutes on 2 cores)"; \
 	  HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
 	  HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS=-j2 \
-	  $(PIP) install -q --no-cache-dir --no-build-isolation -c $(CONSTRAINTS) horovod
+	  $(PIP) install -q --no-cache-dir --no-build-isolation -c $(CONSTRAINTS) horovod; }
 	@touch $@
 
 # The main job: the Pong recipe on 2 ranks until its target score or RUN_MINUTES, then the

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,6 +29,26 @@ def say(text: str, err: bool = False) -> None:
     stream.flush()
     while data:
         data = data[os.write(fd, data):]
+
+
+class PhaseProgress:
+    """A line every `seconds` through a long phase that is not training (DQN's
+    prepopulation): how far, how fast, how long still; silent where `seconds` is 0."""
+
+    def __init__(self, what: str, total: int, unit: str, seconds: float):
+        self._what, self._total, self._unit, self._seconds = what, total, unit, seconds
+        self._start = self._last = time.monotonic()
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        if not self._seconds or now - self._last < self._seconds or not done:
+            return
+        self._last = now
+        rate = done / (now - self._start)
+        left = max(self._total - done, 0) / rate
+        say(f"[ddrl] {self._what}: {done:,} of {self._total:,} {self._unit} "
+            f"({100 * done / self._total:.0f}%), {rate:,.0f}/s, "
+            f"{int(left // 60):02d}:{int(left % 60):02d} left")
 
 
 @contextlib.contextmanager

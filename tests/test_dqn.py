@@ -63,14 +63,20 @@ def test_a_stop_signal_ends_a_long_sampling_phase(sets, run_dir):
     """SIGTERM (scancel) while the memory is prepopulated, or while a concurrent sampler thread
     plays a target period (both here: for ever), stops the run promptly, checkpointed, with
     the signal's exit status."""
-    cmd = [*DDRL, "train", DQN_JOB, "--out", run_dir, *NO_EVAL,
+    cmd = [*DDRL, "train", DQN_JOB, "--out", run_dir, *NO_EVAL, "--set", "run.progress_seconds=1",
            *(a for s in sets for a in ("--set", s))]
     proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # A long prepopulation says how far it is; the signal comes once it has said so.
+    progress = re.compile(r"\[ddrl\] rank 0 prepopulating the replay memory: [\d,]+ of "
+                          r"100,000,000 transitions \(0%\), [\d,]+/s, \d+:\d\d left$")
     try:
         for line in proc.stdout:
-            if "[ddrl] replay memory" in line:
+            if (progress.match(line) if sets[0] == "dqn.prepopulate=100000000"
+                    else "[ddrl] replay memory" in line):
                 break
+        else:
+            raise AssertionError("the run ended before its sampling phase")
         time.sleep(3.0)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
@@ -89,6 +95,8 @@ def test_a_resumed_run_takes_up_each_ranks_saved_replay_memory(run_dir):
     first = ddrl("train", DQN_JOB, "--out", run_dir, *sets, "--set", "run.max_frames=6000",
                  ranks=2, timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
+    # Said before the (possibly long) write and after it.
+    assert "[ddrl] saving the replay memory: " in first.stdout
     assert "[ddrl] replay memory saved" in first.stdout
     ckpt = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))
     for rank in (0, 1):

@@ -36,7 +36,7 @@ from ddrl.config import Config
 from ddrl.envs import SimPool
 from ddrl.errors import DdrlError
 from ddrl.learner import Learner
-from ddrl.output import say
+from ddrl.output import PhaseProgress, say
 
 Predict = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 PREPOPULATE_CHUNK = 256
@@ -206,11 +206,15 @@ class DQNActors(Actors):
         if self._restored and missing <= 0:
             return
         rounds = max(math.ceil(missing / self.samplers.size), a.n_step + 1)
+        progress = PhaseProgress(f"rank {self.rank} prepopulating the replay memory",
+                                 rounds * self.samplers.size, "transitions",
+                                 self.cfg.run.progress_seconds if self.rank == 0 else 0)
         # In chunks: a buffered step holds whole observation stacks, four times what the
         # memory keeps of it.
         for chunk in range(0, rounds, PREPOPULATE_CHUNK):
             if chunk and stopping():
                 return
+            progress.update(chunk * self.samplers.size)
             self._store(self.samplers.collect(min(PREPOPULATE_CHUNK, rounds - chunk), None, 1.0,
                                               self.update))
 
@@ -223,6 +227,9 @@ class DQNActors(Actors):
         if not self.cfg.dqn.save_replay:
             return
         t0 = time.perf_counter()
+        if self.rank == 0:
+            say(f"[ddrl] saving the replay memory: {self.memory.transitions:,} transitions, "
+                f"{self.memory.nbytes / 2**30:.2f} GiB per rank")
         checkpoint.write_arrays(self._replay_path(directory), {
             "update": np.int64(update), "since_target": np.int64(self._since_target),
             "credit": np.int64(self._credit), **self.memory.state()})

@@ -290,6 +290,8 @@ class Trainer:
         complete = True
         if reason in ("frames", "time") and self.cfg.eval.episodes:
             # A run that ends on its budget gets a score for its last weights.
+            say(f"[ddrl] final evaluation: {self.cfg.eval.episodes} games with the weights of "
+                f"update {c.update}")
             res = evaluate(self.cfg, self.learner, self.cfg.eval.episodes,
                            derive_seed(self.cfg.run.seed, 0, f"final-eval/{c.update}"), signalled)
             complete = res is not None
