@@ -79,7 +79,8 @@ def line(run_dir: Path) -> list[str]:
     t_target, _ = to_target(run, None)
     finished = (budget is not None and frames >= budget) or not math.isnan(t_target) \
         or (minutes > 0 and progress.wall_time >= minutes * 60)
-    state = "running" if live else "finished" if finished else "stopped"
+    state = "running" if live else "finished" if finished else \
+        "requeued" if _requeued(run_dir) else "stopped"
     fps = _recent_rate(run)
     # Time left, running runs only: to the frame budget at the recent rate, or the time limit.
     ends = [(budget - frames) / fps] if live and fps and budget else []
@@ -90,6 +91,15 @@ def line(run_dir: Path) -> list[str]:
             _fmt(fps, ",.0f"), _fmt(evals.iloc[-1] if len(evals) else None, ".1f"),
             _fmt(evals.max() if len(evals) else None, ".1f"), _clock(t_target),
             str(int(run.attrs.get("restarts", 0))), _clock(min(ends)) if ends else "-"]
+
+
+def _requeued(run_dir: Path) -> bool:
+    """The batch script requeued the job (its launch.sh wrote DIR/requeued) and the resumed
+    run has not started yet (it rebuilds the log first)."""
+    try:
+        return (run_dir / "requeued").stat().st_mtime >= (run_dir / "log.h5").stat().st_mtime
+    except OSError:
+        return False
 
 
 def _saved_frames(run_dir: Path) -> int:

@@ -294,3 +294,8 @@ def test_status_says_where_each_run_stands(run_dirs, tmp_path):
     assert broken.split()[:2] == ["damaged", "damaged"], broken
     after = ddrl("status", str(live)).stdout.splitlines()[1]
     assert after.split()[1] == "stopped" and after.split()[-1] == "-", after
+    # The batch script requeued its job (launch.sh marks it); the resumed run has not yet
+    # rewritten the log.
+    (live / "requeued").write_text("4242\n")
+    after = ddrl("status", str(live)).stdout.splitlines()[1]
+    assert after.split()[1] == "requeued", after

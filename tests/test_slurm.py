@@ -183,6 +183,9 @@ def warn_and_resume(cluster: SlurmCluster, out: Path, options: tuple[str, ...] =
     assert np.all(np.diff(updates) > 0), f"duplicated or unordered updates: {updates}"
     assert set(rows["restart"]) >= {0, 1}, "the log should hold rows from before and after"
     assert checkpoint.load(checkpoint.latest(out / "checkpoints")).frames >= 120000
+    # The requeue was marked for `ddrl status`, and the resumed run's log is newer than it.
+    assert (out / "requeued").read_text().split() == [job]
+    assert (out / "requeued").stat().st_mtime <= (out / "log.h5").stat().st_mtime
     return text, rows, starts
 
 

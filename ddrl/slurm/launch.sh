@@ -86,6 +86,18 @@ ddrl_step() {
   done
 }
 
+# `ddrl status` says "requeued" while DIR/requeued (the job id) is newer than the run's log:
+# the resumed run rewrites its log first thing. TRAIN_ARGS... hold `--out DIR`.
+ddrl_mark_requeued() {
+  while [ $# -gt 1 ]; do
+    if [ "$1" = --out ]; then
+      echo "$SLURM_JOB_ID" > "$2/requeued" || true
+      return
+    fi
+    shift
+  done
+}
+
 # A field of the job as Slurm holds it now (its environment keeps what it started with).
 ddrl_alloc() {
   # A heterogeneous job has a line per component: the first (the learner's) answers.
@@ -196,6 +208,7 @@ ddrl_main() {
   elif [ "$rc" -eq "$DDRL_EXIT_RESUMABLE" ]; then
     # The requeued job keeps its id, so the next start finds the checkpoint and resumes.
     if scontrol requeue "$SLURM_JOB_ID"; then
+      ddrl_mark_requeued "${train_args[@]}"
       echo "ddrl: checkpointed; job $SLURM_JOB_ID requeued"
     else
       echo "ddrl: checkpointed, but the requeue failed: submit again with the same --out to resume" >&2
