@@ -9,7 +9,11 @@ left out.
 from __future__ import annotations
 
 import datetime
+import itertools
 import math
+import os
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,34 +50,47 @@ def scalars(table: str, rows: Any, columns: list[str]) -> Iterator[tuple[str, in
 
 
 class EventWriter:
-    """One TensorBoard event file in `directory`; a new file for each writer, as TensorBoard
-    expects of a resumed run."""
+    """One TensorBoard event file in `directory`, a new one for each writer (TensorBoard reads
+    a directory's files in name order, so a resumed run's comes after). Written in the
+    caller's thread, not TensorBoard's writer thread: a full disk is then an OSError here,
+    which the log turns into its one line, not a traceback from another thread."""
+
+    _made = itertools.count()
 
     def __init__(self, directory: Path, start: float):
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
         from tensorboard.compat.proto.summary_pb2 import Summary
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        from tensorboard.summary.writer.record_writer import RecordWriter
 
         self._event, self._session_log, self._summary = Event, SessionLog, Summary
-        self._writer = EventFileWriter(str(directory))
+        directory.mkdir(parents=True, exist_ok=True)
+        name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
+                f"{os.getpid()}.{next(self._made):04d}")
+        self._file = open(directory / name, "ab")
+        self._records = RecordWriter(self._file)
+        # The format version makes TensorBoard honour restart() below.
+        self._add(Event(wall_time=time.time(), file_version="brain.Event:2"))
         self._start = start
         self.count = 0
 
+    def _add(self, event) -> None:
+        self._records.write(event.SerializeToString())
+
     def restart(self, frames: int) -> None:
-        """A resumed run: TensorBoard drops what the earlier events said after `frames` (the
-        checkpoint), which the run is about to play again."""
-        self._writer.add_event(self._event(step=frames, session_log=self._session_log(
+        """A resumed run: TensorBoard drops what the earlier events said from `frames` on (the
+        checkpoint's frames + 1), which the run is about to play again."""
+        self._add(self._event(wall_time=time.time(), step=frames, session_log=self._session_log(
             status=self._session_log.START)))
 
     def write(self, table: str, rows: Any, columns: list[str]) -> None:
         for tag, frames, wall_time, value in scalars(table, rows, columns):
-            self._writer.add_event(self._event(
+            self._add(self._event(
                 wall_time=self._start + wall_time, step=frames,
                 summary=self._summary(value=[self._summary.Value(tag=tag, simple_value=value)])))
             self.count += 1
 
     def flush(self) -> None:
-        self._writer.flush()
+        self._file.flush()
 
     def close(self) -> None:
-        self._writer.close()
+        self._file.close()
