@@ -32,11 +32,16 @@ $(VENV)/.apt:
 	fi
 	@mkdir -p $(VENV) && touch $@
 
-$(VENV)/.deps: $(VENV)/.apt setup.cfg pyproject.toml $(CONSTRAINTS)
-	@[ -x $(PY) ] || python3 -m venv $(VENV)
-	$(PIP) install -q --upgrade pip setuptools wheel
-	$(PIP) install -q -c $(CONSTRAINTS) -e '.[test]'
+# A venv with ddrl and its test tools: $(call venv_recipe,PYTHON,VENV,CONSTRAINTS).
+define venv_recipe
+	@[ -x $(2)/bin/python ] || $(1) -m venv $(2)
+	$(2)/bin/python -m pip install -q --upgrade pip setuptools wheel
+	$(2)/bin/python -m pip install -q -c $(3) -e '.[test]'
 	@touch $@
+endef
+
+$(VENV)/.deps: $(VENV)/.apt setup.cfg pyproject.toml $(CONSTRAINTS)
+	$(call venv_recipe,python3,$(VENV),$(CONSTRAINTS))
 
 # Horovod compiles against the installed TensorFlow and MPI (about 2-4 minutes on 2 cores).
 $(VENV)/.horovod: $(VENV)/.deps
@@ -65,10 +70,7 @@ test: setup
 
 $(NEWEST_VENV)/.deps: setup.cfg pyproject.toml .ci/constraints-newest.txt $(VENV)/.apt
 	@[ -n "$(NEWEST_PYTHON)" ] || { echo "ddrl: error: no Python 3.13 found under ~/.pyenv/versions; set NEWEST_PYTHON=/path/to/python3.13" >&2; exit 2; }
-	@[ -x $(NEWEST_PY) ] || $(NEWEST_PYTHON) -m venv $(NEWEST_VENV)
-	$(NEWEST_PY) -m pip install -q --upgrade pip setuptools wheel
-	$(NEWEST_PY) -m pip install -q -c .ci/constraints-newest.txt -e '.[test]'
-	@touch $@
+	$(call venv_recipe,$(NEWEST_PYTHON),$(NEWEST_VENV),.ci/constraints-newest.txt)
 
 # The unit and integration tiers and the end-to-end tests marked `newest_stack` (two ranks
 # under mpirun, an Atari game, a resume, the installed wheel) on the newest stack.
