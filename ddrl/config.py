@@ -143,6 +143,21 @@ class DQNConfig:
     # signal, frame budget, target) and taken up again by --resume; otherwise a resumed run
     # prepopulates a new one. Gigabytes per rank at 1M frames.
     save_replay: bool = False
+    # Prioritized replay (Schaul et al. 2016, proportional): transitions drawn with probability
+    # proportional to priority^alpha, priority the last |TD error| (the cross-entropy with a
+    # categorical head); importance weights (N P)^-beta, beta annealed linearly to 1 over the
+    # run's frames. Rainbow's alpha 0.5, beta 0.4.
+    prioritized: bool = False
+    priority_alpha: float = 0.5
+    priority_beta: float = 0.4
+    # Categorical DQN (atoms > 1; C51: 51 atoms on [-10, 10]): a distribution over returns
+    # per action instead of its mean.
+    atoms: int = 0
+    v_min: float = -10.0
+    v_max: float = 10.0
+    # R2D2's value rescaling h(x) = sign(x)(sqrt(|x|+1)-1) + 1e-3 x in the n-step targets:
+    # for unclipped rewards (env.clip_rewards = false).
+    value_rescale: bool = False
 
 
 @dataclass
@@ -280,7 +295,8 @@ _RANGES = {
     "dqn.target_period": (1, None, True), "dqn.train_period": (1, None, True),
     "dqn.n_step": (1, None, True), "dqn.eps_start": (0.0, 1.0, True),
     "dqn.eps_final": (0.0, 1.0, True), "dqn.eps_steps": (1, None, True),
-    "dqn.samplers": (1, 1024, True),
+    "dqn.samplers": (1, 1024, True), "dqn.priority_alpha": (0.0, None, True),
+    "dqn.priority_beta": (0.0, 1.0, True), "dqn.atoms": (0, 1001, True),
     "algo.value_coef": (0.0, None, True),
     "sync.ps": (0, None, True), "sync.aggregate": (0.0, None, False),
     "sync.timeout": (0.0, None, False), "eval.every": (1, None, True),
@@ -375,7 +391,7 @@ def flat_values(cfg: Config) -> dict[str, Any]:
 # What a run's checkpoints are the weights and optimizer state of: a resume that changes one
 # of these cannot load them, or would go on with one game's policy in another game.
 IDENTITY_KEYS = ("env.id", "env.size", "model.arch", "model.fc", "model.hidden", "algo.name",
-                 "dqn.dueling", "optim.optimizer")
+                 "dqn.dueling", "dqn.atoms", "optim.optimizer")
 
 
 def identity_changes(cfg: Config, saved_toml: str) -> list[str]:
@@ -452,6 +468,16 @@ def _validate_dqn(cfg: Config) -> None:
         raise DdrlError(f"config key dqn.target_period: {a.target_period} is not a multiple of "
                         f"dqn.train_period ({a.train_period}), so concurrent training cannot "
                         "train target_period / train_period minibatches per period")
+    if a.atoms == 1:
+        raise DdrlError("config key dqn.atoms: one atom is no distribution; use 0 (Q-values) or "
+                        "2 or more (Categorical DQN, 51 in C51)")
+    if a.atoms > 1 and not a.v_min < a.v_max:
+        raise DdrlError(f"config keys dqn.v_min and dqn.v_max: the atoms' support [{a.v_min:g}, "
+                        f"{a.v_max:g}] is empty; v_min must be below v_max")
+    if a.atoms > 1 and a.value_rescale:
+        raise DdrlError("config key dqn.value_rescale: rescaling is for Q-values (R2D2), not "
+                        "a categorical head's fixed support; set dqn.atoms = 0 or widen "
+                        "dqn.v_min / dqn.v_max instead")
     stack = 4 if cfg.is_atari else 1
     if a.replay_frames < a.samplers * (stack + a.n_step + 1) * 2:
         raise DdrlError(f"config key dqn.replay_frames: {a.replay_frames} frames cannot hold "

@@ -95,6 +95,18 @@ DOCS = {
                         "step; false: each on its own thread",
     "dqn.save_replay": "each rank saves its replay memory with the final checkpoint of a stop "
                        "and `--resume` restores it (gigabytes per rank at 1M frames)",
+    "dqn.prioritized": "prioritized replay: transitions drawn in proportion to priority^alpha "
+                       "(the last |TD error|, or the cross-entropy of a categorical head), "
+                       "losses weighted by importance weights",
+    "dqn.priority_alpha": "prioritized replay: exponent of the priorities (0: uniform)",
+    "dqn.priority_beta": "prioritized replay: importance-weight exponent at the start, annealed "
+                         "linearly to 1 over `run.max_frames`",
+    "dqn.atoms": "Categorical DQN: atoms of each action's return distribution (0: Q-values; "
+                 "C51: 51)",
+    "dqn.v_min": "Categorical DQN: the lowest atom",
+    "dqn.v_max": "Categorical DQN: the highest atom",
+    "dqn.value_rescale": "R2D2's value rescaling h(x) = sign(x)(sqrt(|x|+1)-1) + 0.001x of the "
+                         "n-step targets, for unclipped rewards",
     "optim.optimizer": "`adam`, or `rmsprop`: centered RMSProp (decay `beta2`, `eps` under the "
                        "root), as Nature DQN",
     "optim.lr": "learning rate",

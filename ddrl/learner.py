@@ -23,7 +23,7 @@ class Learner:
         self.cfg = cfg
         self.n_actions = n_actions
         self.algo = make_algorithm(cfg)
-        self.model = build_model(cfg.model, obs_shape, n_actions, self.algo.head)
+        self.model = build_model(cfg.model, obs_shape, n_actions, self.algo.head, self.algo.support)
         self.variables = self.model.trainable_variables
         self.optimizer = make_optimizer(cfg.optim, workers)
         self._base_lr = float(tf.keras.backend.get_value(self.optimizer.learning_rate))
@@ -38,7 +38,8 @@ class Learner:
         self._predict = tf.function(self._predict_fn).get_concrete_function(obs_spec)
         self._gradients = tf.function(self._gradients_fn).get_concrete_function(
             obs_spec, tf.TensorSpec((None,), tf.int32),
-            *[tf.TensorSpec((None,), tf.float32) for _ in self.algo.fields])
+            # Any shape: a categorical target is a distribution per data point.
+            *[tf.TensorSpec(None, tf.float32) for _ in self.algo.fields])
         # XLA fuses Adam's element-wise passes into one loop per variable: about 3x faster
         # than the unfused Keras update, which costs a quarter of a Nature-CNN training step
         # on CPU. Only here: XLA's CPU convolutions are slower than oneDNN's.
@@ -47,6 +48,9 @@ class Learner:
         self._apply = quiet_first_call(apply)
         self._grad: tf.Tensor | None = None
         self._grad_view: np.ndarray | None = None
+        # The loss's figure per data point of the last `gradients` call, where the algorithm
+        # has one (prioritized replay's TD errors); None otherwise.
+        self.per_sample: np.ndarray | None = None
 
     def _predict_fn(self, obs):
         return self.model(obs, training=False)
@@ -63,7 +67,8 @@ class Learner:
         if o.max_grad_norm > 0:
             grads, _ = tf.clip_by_global_norm(grads, o.max_grad_norm, use_norm=stats["grad_norm"])
         flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in grads], axis=0)
-        return flat, tf.stack([tf.cast(stats[n], tf.float32) for n in STAT_NAMES])
+        per_sample = tf.cast(stats.get("per_sample", tf.zeros([0])), tf.float32)
+        return flat, tf.stack([tf.cast(stats[n], tf.float32) for n in STAT_NAMES]), per_sample
 
     def _apply_fn(self, flat):
         grads = [tf.reshape(g, v.shape) for g, v in zip(tf.split(flat, self.sizes), self.variables)]
@@ -76,14 +81,17 @@ class Learner:
     def frozen_copy(self) -> "FrozenNetwork":
         """A copy of the network that only infers, with today's weights (DQN's target network)."""
         copy = FrozenNetwork(build_model(self.cfg.model, self._obs_shape, self.n_actions,
-                                         self.algo.head), self._obs_spec, self.sizes)
+                                         self.algo.head, self.algo.support),
+                             self._obs_spec, self.sizes)
         copy.load(self.get_weights())
         return copy
 
     def gradients(self, batch: Batch) -> tuple[np.ndarray, dict[str, float]]:
         """The flat gradient is a read-only view of the tensor TF computed, not a copy."""
-        flat, stats = self._gradients(batch.obs, batch.actions.astype(np.int32),
-                                      *[batch.targets[f].astype(np.float32) for f in self.algo.fields])
+        flat, stats, per_sample = self._gradients(
+            batch.obs, batch.actions.astype(np.int32),
+            *[batch.targets[f].astype(np.float32) for f in self.algo.fields])
+        self.per_sample = per_sample.numpy() if per_sample.shape[0] else None
         self._grad = flat
         self._grad_view = np.asarray(flat)
         return self._grad_view, dict(zip(STAT_NAMES, stats.numpy().tolist()))

@@ -2,6 +2,7 @@
 actor-critic head or a Q head (plain or dueling) for DQN."""
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from ddrl.config import ModelConfig
@@ -28,10 +29,12 @@ FC_WIDTH = {"nature": 512, "a3c": 256}
 
 
 def build_model(cfg: ModelConfig, obs_shape: tuple[int, ...], n_actions: int,
-                head: str = "actor_critic") -> tf.keras.Model:
+                head: str = "actor_critic", support: np.ndarray | None = None) -> tf.keras.Model:
     """Outputs two float32 tensors whatever the compute precision: (policy logits, value) with
-    the actor-critic head; (Q-values, max_a Q) with a Q head ("q", or "dueling": V + A - mean A),
-    so that the greedy action is the argmax of the first output for every head."""
+    the actor-critic head; (Q-values, max_a Q) with a Q head ("q", or "dueling": V + A - mean A);
+    (Q-values, log-probabilities (B, A, atoms)) with a categorical one ("q_categorical",
+    "dueling_categorical": a distribution over the atoms of `support` per action, Q its mean).
+    The greedy action is the argmax of the first output for every head."""
     tf.keras.mixed_precision.set_global_policy(
         "mixed_bfloat16" if cfg.precision == "bfloat16" else "float32")
     if cfg.arch == "mlp":
@@ -56,11 +59,18 @@ def build_model(cfg: ModelConfig, obs_shape: tuple[int, ...], n_actions: int,
     # MLP keeps Keras' defaults, on which the CartPole checks and figures were measured.
     image = cfg.arch != "mlp"
     if head != "actor_critic":
-        q = L.Dense(n_actions, dtype="float32", name="q")(x)
-        if head == "dueling":
-            value = L.Dense(1, dtype="float32", name="state_value")(x)
-            q = value + q - tf.reduce_mean(q, axis=-1, keepdims=True)
-        return tf.keras.Model(inputs, [q, tf.reduce_max(q, axis=-1)], name=f"{cfg.arch}-{head}")
+        # (B, actions), or (B, actions, atoms) with a support.
+        shape = (n_actions,) if support is None else (n_actions, len(support))
+        q = L.Reshape(shape)(L.Dense(int(np.prod(shape)), dtype="float32", name="q")(x))
+        if head.startswith("dueling"):
+            value = L.Dense(int(np.prod(shape[1:])), dtype="float32", name="state_value")(x)
+            value = L.Reshape((1, *shape[1:]))(value)
+            q = value + q - tf.reduce_mean(q, axis=1, keepdims=True)
+        if support is None:
+            return tf.keras.Model(inputs, [q, tf.reduce_max(q, axis=-1)], name=f"{cfg.arch}-{head}")
+        log_p = tf.nn.log_softmax(q, axis=-1)
+        mean = tf.reduce_sum(tf.exp(log_p) * tf.constant(support, tf.float32), axis=-1)
+        return tf.keras.Model(inputs, [mean, log_p], name=f"{cfg.arch}-{head}")
     logits = L.Dense(n_actions, dtype="float32", name="policy",
                      kernel_initializer=_orthogonal(0.01) if image else "glorot_uniform")(x)
     value = L.Dense(1, dtype="float32", name="value",

@@ -15,16 +15,21 @@ from ddrl import checkpoint
 from ddrl.loop.trainer import EXIT_SIGNALLED
 
 DQN_JOB = JOBS / "cartpole-dqn.toml"
+# CartPole's returns (1 per step, gamma 0.99) lie in [0, 100].
+RAINBOW = ("dqn.atoms=51", "dqn.v_min=0", "dqn.v_max=100", "dqn.dueling=true",
+           "dqn.prioritized=true")
 WEIGHTS = re.compile(r"\[ddrl\] rank (\d+) final weights sha256 ([0-9a-f]+)")
 
 
 @pytest.mark.parametrize("mode", [
     ("dqn.concurrent=false", "dqn.synchronized=true"),
     ("dqn.concurrent=true", "dqn.synchronized=false", "dqn.samplers=2"),
+    RAINBOW,
 ])
 def test_dqn_learns_cartpole(mode, run_dir):
     """Greedy evaluation reaches 400 within the job's 100,000 frames: standard DQN with 4
-    synchronized samplers, and concurrent training with 2 samplers on threads of their own."""
+    synchronized samplers, concurrent training with 2 samplers on threads of their own, and
+    epsilon-Rainbow (distributional, dueling, prioritized)."""
     sets = [a for m in mode for a in ("--set", m)]
     res = ddrl("train", DQN_JOB, "--out", run_dir, *sets, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -87,11 +92,13 @@ def test_a_stop_signal_ends_a_long_sampling_phase(sets, run_dir):
     assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).update >= 1
 
 
-def test_a_resumed_run_takes_up_each_ranks_saved_replay_memory(run_dir):
-    """`dqn.save_replay`: each rank's memory is saved with the final checkpoint and restored
-    by --resume, which then trains at once instead of prepopulating (1,000 frames of random
-    play per rank in this job)."""
-    sets = ["--set", "dqn.save_replay=true", "--set", "run.log_every=1", *NO_EVAL]
+@pytest.mark.parametrize("memory", [(), RAINBOW], ids=["uniform", "rainbow"])
+def test_a_resumed_run_takes_up_each_ranks_saved_replay_memory(memory, run_dir):
+    """`dqn.save_replay`: each rank's memory (and its priorities) is saved with the final
+    checkpoint and restored by --resume, which then trains at once instead of prepopulating
+    (1,000 frames of random play per rank in this job)."""
+    sets = ["--set", "dqn.save_replay=true", "--set", "run.log_every=1", *NO_EVAL,
+            *(a for m in memory for a in ("--set", m))]
     first = ddrl("train", DQN_JOB, "--out", run_dir, *sets, "--set", "run.max_frames=6000",
                  ranks=2, timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
@@ -102,6 +109,9 @@ def test_a_resumed_run_takes_up_each_ranks_saved_replay_memory(run_dir):
     for rank in (0, 1):
         saved = checkpoint.read_arrays(run_dir / "checkpoints" / f"replay-rank{rank}.npz")
         assert int(saved["update"]) == ckpt.update and saved["acted"].sum() > 1000
+        if memory:
+            # Trained-on transitions carry their own priorities, not all the same one.
+            assert len(np.unique(saved["priorities"][saved["priorities"] > 0])) > 100
 
     again = ddrl("train", run_dir / "config.toml", "--out", run_dir, "--resume", *sets,
                  "--set", "run.max_frames=10000", ranks=2, timeout=300)

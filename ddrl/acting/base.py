@@ -27,6 +27,8 @@ class Actors:
         self.t_sim = 0.0
         self.t_predict = 0.0
         self.update = 0
+        # The fraction of run.max_frames done, all ranks together (set by the trainer).
+        self.progress = 0.0
         self._episodes: list[tuple[float, int]] = []
         self._lock = threading.Lock()
 

@@ -29,9 +29,10 @@ import numpy as np
 
 from ddrl import checkpoint
 from ddrl.acting.base import Actors
+from ddrl.acting.prioritized import PrioritizedReplay
 from ddrl.acting.replay import ReplayMemory
-from ddrl.algos.batch import Batch, Rollout
-from ddrl.algos.dqn import bootstrap_values, epsilon
+from ddrl.algos.batch import Batch
+from ddrl.algos.dqn import epsilon
 from ddrl.config import Config
 from ddrl.envs import SimPool
 from ddrl.errors import DdrlError
@@ -164,8 +165,12 @@ class DQNActors(Actors):
         super().__init__(cfg, learner, rank, restart)
         a = cfg.dqn
         self.samplers = Samplers(self, cfg)
-        self.memory = ReplayMemory(a.replay_frames, self.samplers.size, self.samplers.obs_shape,
-                                   self.samplers.obs_dtype, stacked=cfg.is_atari)
+        shape = (a.replay_frames, self.samplers.size, self.samplers.obs_shape,
+                 self.samplers.obs_dtype, cfg.is_atari)
+        self.memory = (PrioritizedReplay(*shape, a.n_step, a.priority_alpha, a.priority_beta)
+                       if a.prioritized else ReplayMemory(*shape))
+        # Where the last minibatch came from: its priorities follow its gradient.
+        self._sampled: np.ndarray | None = None
         self._restored = False
         if rank == 0:
             # np.zeros reserves the pages; they are touched (and resident) as the memory fills.
@@ -266,10 +271,22 @@ class DQNActors(Actors):
             self.t_sim += exp.t_sim
             self.t_predict += exp.t_predict
 
+    def bootstrap_truncated(self, step, predict=None) -> np.ndarray:
+        """With max_a Q in reward units: a rescaled Q's h^-1, and never a categorical head's
+        second output (its distribution)."""
+        predict = predict or self.learner.predict
+        value = self.learner.algo.state_value
+        return super().bootstrap_truncated(step, lambda obs: (None, value(predict(obs)[0])))
+
     def _epsilon(self) -> float:
         return epsilon(self.cfg, self.update * self.cfg.dqn.train_period)
 
     def next_batch(self) -> Batch:
+        if isinstance(self.memory, PrioritizedReplay):
+            # Before anything enters the memory: the sampled slots still hold what was sampled.
+            if self._sampled is not None and self.learner.per_sample is not None:
+                self.memory.update(self._sampled, self.learner.per_sample)
+            self.memory.anneal(self.progress)
         if self.cfg.dqn.concurrent:
             self._concurrent_period()
         else:
@@ -303,16 +320,14 @@ class DQNActors(Actors):
     def _minibatch(self) -> Batch:
         a = self.cfg.dqn
         t0 = time.perf_counter()
-        obs, actions, rewards, dones, next_obs, acted_at = self.memory.sample(
-            self.cfg.node.batch_size, a.n_step, self._rng)
-        q_target = self.target.predict(next_obs)[0]
-        q_online = self.learner.predict(next_obs)[0] if a.double else q_target
-        bootstrap = bootstrap_values(q_target, q_online, a.double)
-        none = np.zeros_like(rewards)
-        returns = self.learner.algo.targets(Rollout(rewards, dones, none, none, bootstrap))
+        t = self.memory.sample(self.cfg.node.batch_size, a.n_step, self._rng)
+        target_out = self.target.predict(t.next_obs)
+        q_online = self.learner.predict(t.next_obs)[0] if a.double else target_out[0]
+        targets = self.learner.algo.replay_targets(t.rewards, t.dones, target_out, q_online)
+        self._sampled = t.index
         with self._lock:
             self.t_predict += time.perf_counter() - t0
-        return Batch(obs, actions, acted_at, {"returns": returns["returns"][0]})
+        return Batch(t.obs, t.actions, t.acted_at, {**targets, "weights": t.weights})
 
     def close(self) -> None:
         self.samplers.stopped.set()

@@ -9,7 +9,25 @@ the oldest positions are overwritten once `capacity` frames are held in all.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+
+@dataclass
+class Transitions:
+    """A sample of the memory: observations, actions, the (n, B) rewards and dones from each,
+    the observations n steps on, the update each action was chosen at."""
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    dones: np.ndarray
+    next_obs: np.ndarray
+    acted_at: np.ndarray
+    # Importance weights of the loss (1 where sampling is uniform).
+    weights: np.ndarray
+    # Where each sits: stream x slots + slot, the key of its priority.
+    index: np.ndarray
 
 
 class ReplayMemory:
@@ -92,11 +110,9 @@ class ReplayMemory:
                 # After a done the simulator's stack restarts (new game or lost life): all of it.
                 self._push(stream, o if done else o[-1:])
 
-    def sample(self, size: int, n: int, rng: np.random.Generator
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Uniformly `size` transitions whose n following steps are known: (obs, actions,
-        (n, size) rewards and dones from each, obs n steps on, acted_at). Steps after a done
-        belong to the next game and are cut by it. Needs a stream with more than n steps."""
+    def sample(self, size: int, n: int, rng: np.random.Generator) -> Transitions:
+        """Uniformly `size` transitions whose n following steps are known. Needs a stream with
+        more than n steps."""
         streams_n = len(self.head)
         picked_s, picked_p = [], []
         wanted = size
@@ -111,11 +127,16 @@ class ReplayMemory:
             picked_s.append(s[ok][:wanted])
             picked_p.append(p[ok][:wanted])
             wanted -= len(picked_s[-1])
-        s, p = np.concatenate(picked_s), np.concatenate(picked_p)
+        return self.gather(np.concatenate(picked_s), np.concatenate(picked_p), n)
+
+    def gather(self, s: np.ndarray, p: np.ndarray, n: int) -> Transitions:
+        """The transitions at absolute positions `p` of streams `s`. Steps after a done belong
+        to the next game and are cut by it."""
         steps = (p[None, :] + np.arange(n)[:, None]) % self.slots
-        return (self._obs(s, p), self.actions[s, p % self.slots], self.rewards[s, steps],
-                self.dones[s, steps].astype(np.float32), self._obs(s, p + n),
-                self.acted_at[s, p % self.slots])
+        return Transitions(self._obs(s, p), self.actions[s, p % self.slots], self.rewards[s, steps],
+                           self.dones[s, steps].astype(np.float32), self._obs(s, p + n),
+                           self.acted_at[s, p % self.slots], np.ones(len(s), np.float32),
+                           s * self.slots + p % self.slots)
 
     def _obs(self, s: np.ndarray, p: np.ndarray) -> np.ndarray:
         if self.stack == 1:

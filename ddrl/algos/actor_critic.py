@@ -54,6 +54,7 @@ class A2C:
     fields = ("returns",)
     off_policy = False
     head = "actor_critic"
+    support = None
 
     def __init__(self, cfg: Config):
         self.gamma = cfg.algo.gamma

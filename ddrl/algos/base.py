@@ -25,15 +25,20 @@ class Algorithm(Protocol):
     # False: the actor's values serve.
     off_policy: bool
     # The network's outputs: "actor_critic" (policy logits, value) or a Q head ("q",
-    # "dueling"); see `ddrl.models.build_model`.
+    # "dueling", each also "_categorical"); see `ddrl.models.build_model`.
     head: str
+    # The atoms of a categorical head's distribution; None for every other head.
+    support: np.ndarray | None
 
     def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
-        """Per-step (T, N) targets of one rollout."""
+        """Per-step (T, N) targets of one rollout (the actor-critic algorithms; DQN's come
+        from replayed transitions, `DQN.replay_targets`)."""
 
     def loss(self, logits: tf.Tensor, values: tf.Tensor, actions: tf.Tensor,
              targets: dict[str, tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-        """The scalar to minimise and the statistics named in STAT_NAMES (grad_norm aside)."""
+        """The scalar to minimise and the statistics named in STAT_NAMES (grad_norm aside);
+        optionally `per_sample`, a figure per data point the node reads back from
+        `Learner.per_sample` (prioritized replay's TD errors)."""
 
     def minibatches(self, batch: Batch, rng: np.random.Generator) -> list[Batch]:
         """The gradient steps one rollout makes, in order."""

@@ -59,6 +59,7 @@ class PPO:
     fields = ("returns", "advantages", "logp", "values")
     off_policy = False
     head = "actor_critic"
+    support = None
 
     def __init__(self, cfg: Config):
         self.cfg = cfg

@@ -57,6 +57,7 @@ class VTrace:
     fields = ("returns", "advantages", "logp")
     off_policy = True
     head = "actor_critic"
+    support = None
 
     def __init__(self, cfg: Config):
         self.cfg = cfg

@@ -20,6 +20,8 @@ KINDS = {
                                       "simulated hosts: frames/s, bytes per frame, batches"),
     "dqn": ("ddrl.bench.dqn", "the concurrent-DQN paper's speed test: standard, concurrent, "
                               "synchronized, both, at W samplers"),
+    "replay": ("ddrl.bench.replay", "prioritized against uniform replay: time per minibatch, "
+                                    "per stored step, memory"),
 }
 
 

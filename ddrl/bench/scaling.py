@@ -179,8 +179,8 @@ def gradient_bytes(cfg) -> int:
     from ddrl.models import build_model
 
     obs_shape, _, actions = env_spec(cfg)
-    head = make_algorithm(cfg).head
-    return 4 * build_model(cfg.model, obs_shape, actions, head).count_params()
+    algo = make_algorithm(cfg)
+    return 4 * build_model(cfg.model, obs_shape, actions, algo.head, algo.support).count_params()
 
 
 def run(args: argparse.Namespace) -> int:

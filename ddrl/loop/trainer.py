@@ -142,7 +142,8 @@ class Trainer:
         self.actors.update = c.update
         side = self._side.unpack(res.extras)
         c.frames += int(round(side["frames"]))
-        self.learner.schedule(c.frames / self.cfg.run.max_frames)
+        self.actors.progress = c.frames / self.cfg.run.max_frames
+        self.learner.schedule(self.actors.progress)
         c.wall_time = time.perf_counter() - self._t_origin
         self._window.add(step, res.contributors, res.seconds, res.finite)
         return side

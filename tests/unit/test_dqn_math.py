@@ -4,38 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+from replay_streams import SIDE, STACK, FakeStream
 
 from ddrl import checkpoint
 from ddrl.acting.replay import ReplayMemory
-from ddrl.algos.batch import Rollout
 from ddrl.algos.dqn import DQN, bootstrap_values, epsilon, huber
 from ddrl.config import Config
-
-STACK, SIDE = 4, 3
-
-
-class FakeStream:
-    """A simulator whose every frame is unique (filled with its serial number), with frame
-    stacks as ale-py gives them: a done restarts the stack with four new frames."""
-
-    def __init__(self, rng: np.random.Generator, first_id: int):
-        self.rng = rng
-        self.next_id = first_id
-        self.obs = self._fresh()
-
-    def _frame(self) -> np.ndarray:
-        self.next_id += 1
-        return np.full((SIDE, SIDE), self.next_id, np.int32)
-
-    def _fresh(self) -> np.ndarray:
-        return np.stack([self._frame() for _ in range(STACK)])
-
-    def step(self) -> tuple[int, float, bool, np.ndarray, np.ndarray]:
-        action, reward = int(self.rng.integers(0, 6)), float(self.rng.normal())
-        done = bool(self.rng.random() < 0.1)
-        before = self.obs
-        self.obs = self._fresh() if done else np.concatenate([self.obs[1:], self._frame()[None]])
-        return action, reward, done, before, self.obs
 
 
 def filled_memory(capacity: int, streams: int, steps: int, seed: int = 0):
@@ -55,6 +29,12 @@ def filled_memory(capacity: int, streams: int, steps: int, seed: int = 0):
     return memory, history
 
 
+def nstep_targets(rewards: np.ndarray, dones: np.ndarray, bootstrap: np.ndarray) -> np.ndarray:
+    """DQN's targets where the target network values every state n steps on at `bootstrap`."""
+    q = bootstrap[:, None]
+    return DQN(Config()).replay_targets(rewards, dones, (q, bootstrap), q)["returns"]
+
+
 def reference(history: list[tuple], index: int, n: int, gamma: float, bootstrap: float):
     """The n-step target of transition `index`, written out step by step."""
     ret, discount = 0.0, 1.0
@@ -71,11 +51,10 @@ def reference(history: list[tuple], index: int, n: int, gamma: float, bootstrap:
 def test_replay_rebuilds_each_observation_and_its_n_step_successor(capacity, steps):
     n = 3
     memory, history = filled_memory(capacity, 2, steps)
-    obs, actions, rewards, dones, next_obs, acted_at = memory.sample(
-        256, n, np.random.default_rng(1))
+    t = memory.sample(256, n, np.random.default_rng(1))
+    obs, actions, next_obs, acted_at = t.obs, t.actions, t.next_obs, t.acted_at
     boot = np.arange(256, dtype=np.float32)
-    targets = DQN(Config()).targets(Rollout(rewards, dones, np.zeros_like(rewards),
-                                            np.zeros_like(rewards), boot))["returns"][0]
+    targets = nstep_targets(t.rewards, t.dones, boot)
     for i in range(256):
         stream = int(obs[i, -1, 0, 0]) // 10**6 - 1
         index = next(k for k, h in enumerate(history[stream])
@@ -151,10 +130,9 @@ def test_a_restored_memory_samples_no_chain_across_the_restart(tmp_path):
                      np.full(2, steps + t), np.stack([o[4] for o in out]))
     assert restored.transitions == 2 * (steps - (n - 1) + more)
 
-    obs, _, rewards, dones, next_obs, _ = restored.sample(2000, n, np.random.default_rng(1))
-    boot = np.zeros(2000, np.float32)
-    targets = DQN(Config()).targets(Rollout(rewards, dones, np.zeros_like(rewards),
-                                            np.zeros_like(rewards), boot))["returns"][0]
+    t = restored.sample(2000, n, np.random.default_rng(1))
+    obs, next_obs = t.obs, t.next_obs
+    targets = nstep_targets(t.rewards, t.dones, np.zeros(2000, np.float32))
     histories = {1: old[0], 2: old[1], 3: new[0], 4: new[1]}
     for i in range(2000):
         history = histories[int(obs[i, -1, 0, 0]) // 10**6]

@@ -1,0 +1,179 @@
+"""Proportional prioritized replay (Schaul et al. 2016) over the frame-once memory.
+
+Every slot of the memory has a leaf in a sum tree; a transition's leaf holds priority^alpha
+while it can be sampled (acted, its stack and its n following steps held) and 0 otherwise,
+so sampling in proportion to the leaves never draws what the uniform sampler would reject.
+Validity only changes at a stream's two ends as it advances (the oldest transitions lose
+their frames, the newest gain their n-th successor), so each step updates a few leaves.
+New transitions enter with the largest priority yet seen, so each is replayed at least once
+soon after it arrives.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ddrl.acting.replay import ReplayMemory, Transitions
+
+# Added to |TD error|: a transition with no error keeps a chance of being replayed.
+PRIORITY_EPS = 1e-6
+
+
+class SumTree:
+    """Leaves in a binary tree whose every node holds the sum of its children; leaf i is
+    found by a prefix sum in O(log n). Parents are recomputed from their children (never
+    updated by differences), so float errors do not accumulate over millions of updates."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.leaves = 1 << max(size - 1, 0).bit_length()
+        self.tree = np.zeros(2 * self.leaves)
+
+    @property
+    def total(self) -> float:
+        return float(self.tree[1])
+
+    def get(self, index: np.ndarray) -> np.ndarray:
+        return self.tree[self.leaves + index]
+
+    @property
+    def values(self) -> np.ndarray:
+        return self.tree[self.leaves:self.leaves + self.size]
+
+    def set(self, index: np.ndarray, values: np.ndarray) -> None:
+        """Leaves `index` take `values` (where an index repeats, its last value)."""
+        node = np.asarray(index, np.int64) + self.leaves
+        self.tree[node] = values
+        node = np.unique(node // 2)
+        while len(node) and node[-1] >= 1:
+            self.tree[node] = self.tree[2 * node] + self.tree[2 * node + 1]
+            if node[0] == 1:
+                break
+            node = np.unique(node // 2)
+
+    def rebuild(self) -> None:
+        """Every parent from the leaves (after the leaves were written directly)."""
+        for level in range(self.leaves.bit_length() - 1, 0, -1):
+            first = 1 << (level - 1)
+            nodes = np.arange(first, 2 * first)
+            self.tree[nodes] = self.tree[2 * nodes] + self.tree[2 * nodes + 1]
+
+    def find(self, mass: np.ndarray) -> np.ndarray:
+        """The leaf where the running sum of the leaves passes each `mass` in [0, total)."""
+        node = np.ones(len(mass), np.int64)
+        mass = np.asarray(mass, np.float64).copy()
+        while node[0] < self.leaves:
+            left = self.tree[2 * node]
+            # Right only where the right child has mass: rounding cannot then end on an
+            # empty leaf.
+            right = (mass >= left) & (self.tree[2 * node + 1] > 0)
+            mass -= np.where(right, left, 0.0)
+            node = 2 * node + right
+        return node - self.leaves
+
+
+class PrioritizedReplay(ReplayMemory):
+    def __init__(self, capacity: int, streams: int, obs_shape: tuple[int, ...],
+                 obs_dtype: np.dtype, stacked: bool, n: int, alpha: float, beta: float):
+        """`n`: the return's steps (a transition needs its n successors); `beta`: the
+        importance-weight exponent at the start, annealed by `anneal`."""
+        super().__init__(capacity, streams, obs_shape, obs_dtype, stacked)
+        self.n, self.alpha, self.beta0 = n, alpha, beta
+        self.beta = beta
+        self.tree = SumTree(streams * self.slots)
+        self.max_priority = 1.0
+        # Transitions with a leaf above 0: N in the importance weights.
+        self.valid = 0
+
+    @property
+    def nbytes(self) -> int:
+        return super().nbytes + self.tree.tree.nbytes
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {**super().state(), "priorities": self.tree.values,
+                "max_priority": np.float64(self.max_priority)}
+
+    def restore(self, arrays: dict[str, np.ndarray], n: int) -> None:
+        """As the uniform memory's, and the priorities with them (a uniform memory's file
+        has none: refused with ValueError)."""
+        saved = arrays.get("priorities")
+        if saved is None or saved.shape != self.tree.values.shape:
+            found = "missing" if saved is None else f"{list(saved.shape)}"
+            raise ValueError(f"priorities: {found}, expected {list(self.tree.values.shape)}")
+        super().restore(arrays, n)
+        self.tree.values[:] = np.where(self._valid_mask(), saved, 0.0)
+        self.tree.rebuild()
+        self.valid = int(np.count_nonzero(self.tree.values))
+        self.max_priority = float(arrays["max_priority"])
+
+    def _valid_mask(self) -> np.ndarray:
+        """(streams x slots,) whether each slot holds a transition that can be sampled now."""
+        offset = (self.head[:, None] - 1 - np.arange(self.slots)[None, :]) % self.slots
+        position = self.head[:, None] - 1 - offset
+        return self._valid(np.repeat(np.arange(len(self.head)), self.slots), position.ravel())
+
+    def _valid(self, s: np.ndarray, p: np.ndarray) -> np.ndarray:
+        low = np.maximum(self.head[s] - self.slots + self.stack - 1, 0)
+        return (p >= low) & (p <= self.head[s] - 1 - self.n) & self.acted[s, p % self.slots]
+
+    def begin(self, streams: np.ndarray, obs: np.ndarray) -> None:
+        before = self.head[streams].copy()
+        super().begin(streams, obs)
+        self._advance(np.asarray(streams), before)
+
+    def add(self, streams: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+            dones: np.ndarray, acted_at: np.ndarray, next_obs: np.ndarray) -> None:
+        before = self.head[streams].copy()
+        super().add(streams, actions, rewards, dones, acted_at, next_obs)
+        self._advance(np.asarray(streams), before)
+
+    def _advance(self, streams: np.ndarray, before: np.ndarray) -> None:
+        """Leaves of the positions whose validity the streams' advance from `before` may have
+        changed: the oldest (now without their frames) and the newest (now with n successors)."""
+        after = self.head[streams]
+        old_low, old_high = before - self.slots + self.stack - 1, before - 1 - self.n
+        new_low, new_high = after - self.slots + self.stack - 1, after - 1 - self.n
+        spans = [_spans(streams, old_low, new_low), _spans(streams, old_high + 1, new_high + 1)]
+        s = np.concatenate([stream for stream, _ in spans])
+        p = np.concatenate([position for _, position in spans])
+        s, p = s[p >= 0], p[p >= 0]
+        if not len(s):
+            return
+        index = s * self.slots + p % self.slots
+        new = np.where(self._valid(s, p), self.max_priority ** self.alpha, 0.0)
+        self.valid += int(np.count_nonzero(new)) - int(np.count_nonzero(self.tree.get(index)))
+        self.tree.set(index, new)
+
+    def anneal(self, progress: float) -> None:
+        """beta for the fraction `progress` of the run done: linearly from its start to 1."""
+        self.beta = self.beta0 + (1.0 - self.beta0) * min(max(progress, 0.0), 1.0)
+
+    def sample(self, size: int, n: int, rng: np.random.Generator) -> Transitions:
+        """`size` transitions drawn in proportion to their leaves, one from each of `size`
+        equal strata of the total (lower variance than independent draws), with importance
+        weights (N P(i))^-beta normalised by the batch's largest, as Schaul et al.'s
+        Algorithm 1."""
+        total = self.tree.total
+        index = self.tree.find((np.arange(size) + rng.random(size)) * (total / size))
+        s, slot = np.divmod(index, self.slots)
+        p = self.head[s] - 1 - (self.head[s] - 1 - slot) % self.slots
+        out = self.gather(s, p, n)
+        weights = (self.valid * self.tree.get(index) / total) ** -self.beta
+        out.weights = (weights / weights.max()).astype(np.float32)
+        return out
+
+    def update(self, index: np.ndarray, errors: np.ndarray) -> None:
+        """New priorities |error| + eps of sampled transitions; one that stopped being valid
+        since it was sampled (overwritten) keeps its 0."""
+        priority = np.abs(errors).astype(np.float64) + PRIORITY_EPS
+        live = self.tree.get(index) > 0
+        self.tree.set(index[live], priority[live] ** self.alpha)
+        self.max_priority = max(self.max_priority, float(priority.max()))
+
+
+def _spans(streams: np.ndarray, start: np.ndarray, stop: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """(stream, position) for every position of [start, stop) of each stream."""
+    length = np.maximum(stop - start, 0)
+    first = np.repeat(np.cumsum(length) - length, length)
+    which = np.repeat(np.arange(len(streams)), length)
+    return streams[which], start[which] + np.arange(length.sum()) - first
