@@ -197,9 +197,9 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
             f"run directory {run_dir}" + (f" (resumed at update {counters.update})"
                                           if ckpt else ""))
     if central_comm is not None:
-        from ddrl.acting.central import CentralActors
+        from ddrl.acting.central import central_actors
 
-        actors = CentralActors(cfg, learner, counters.restarts, pool)
+        actors = central_actors(cfg, learner, counters.restarts, pool)
     else:
         actors = actors_class(cfg)(cfg, learner, world.rank, counters.restarts)
     actors.check_memory(world.local_size)

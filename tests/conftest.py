@@ -19,6 +19,9 @@ JOBS = ROOT / "jobs"
 DDRL = [sys.executable, "-m", "ddrl"]
 # No evaluations, and so no target (a target with no evaluations is refused).
 NO_EVAL = ("--set", "eval.episodes=0", "--set", "eval.target=none")
+# epsilon-Rainbow's options on CartPole, whose returns (1 per step, gamma 0.99) lie in [0, 100].
+RAINBOW = ("dqn.atoms=51", "dqn.v_min=0", "dqn.v_max=100", "dqn.dueling=true",
+           "dqn.prioritized=true")
 
 
 def mpirun(ranks: int) -> list[str]:

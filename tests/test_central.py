@@ -14,6 +14,7 @@ from conftest import (
     DDRL,
     JOBS,
     NO_EVAL,
+    RAINBOW,
     ROOT,
     assert_solved,
     ddrl,
@@ -23,6 +24,7 @@ from conftest import (
     wait_for_updates,
 )
 
+from ddrl import checkpoint
 from ddrl.bench import simhosts
 from ddrl.loop.trainer import EXIT_SIGNALLED
 
@@ -63,6 +65,38 @@ def test_central_learns_cartpole_with_actors_on_other_hosts(run_dir):
     check_actors(run_dir, res.stdout, [1, 2])
     train = table(run_dir, "train")
     assert np.isfinite(train["approx_kl"]).all() and (train["policy_lag"] >= 0).all()
+
+
+@pytest.mark.skipif(simhosts.available() is not None, reason=str(simhosts.available()))
+def test_central_rainbow_learns_cartpole_from_a_replay_memory_on_the_learner(run_dir):
+    """SEED's value-based shape: the replay memory (prioritized, one stream per remote
+    simulator) and the epsilon-greedy acting on the learner, actors on two other hosts."""
+    with simhosts.SimulatedHosts(3) as net:
+        cmd = net.mpirun([1, 1, 1]) + DDRL + ["train", str(JOBS / "cartpole-dqn.toml"), "--out",
+                                              str(run_dir), "--set", "sync.mode=central",
+                                              *(a for m in RAINBOW for a in ("--set", m))]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                             env=env_for_tests())
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    # 2 actor ranks x central.groups 2 x node.n_sim 10.
+    assert "replay memory: 50,000 frames in 40 stream(s)" in res.stdout
+    assert "sync central" in res.stdout and "stopped (target)" in res.stdout
+    assert_solved(run_dir, "central rainbow")
+    check_actors(run_dir, res.stdout, [1, 2])
+
+
+def test_central_dqn_saves_its_replay_memory_and_resumes_with_it(run_dir):
+    sets = ("--set", "sync.mode=central", "--set", "dqn.save_replay=true", *NO_EVAL)
+    first = ddrl("train", JOBS / "cartpole-dqn.toml", "--out", run_dir, *sets,
+                 "--set", "run.max_frames=4000", ranks=3, timeout=240)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    saved = checkpoint.read_arrays(run_dir / "checkpoints" / "replay-rank0.npz")
+    assert saved["acted"].shape[0] == 40 and saved["acted"].sum() > 2000
+    again = ddrl("train", run_dir / "config.toml", "--out", run_dir, "--resume", *sets,
+                 "--set", "run.max_frames=6000", ranks=3, timeout=240)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "[ddrl] replay memory restored" in again.stdout and "not restored" not in again.stderr
+    check_actors(run_dir, again.stdout, [1, 2])
 
 
 def test_a_frozen_actor_is_left_out_and_the_run_goes_on(run_dir):

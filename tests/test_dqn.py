@@ -9,15 +9,12 @@ import time
 
 import numpy as np
 import pytest
-from conftest import DDRL, JOBS, NO_EVAL, ROOT, assert_solved, ddrl, env_for_tests, table
+from conftest import DDRL, JOBS, NO_EVAL, RAINBOW, ROOT, assert_solved, ddrl, env_for_tests, table
 
 from ddrl import checkpoint
 from ddrl.loop.trainer import EXIT_SIGNALLED
 
 DQN_JOB = JOBS / "cartpole-dqn.toml"
-# CartPole's returns (1 per step, gamma 0.99) lie in [0, 100].
-RAINBOW = ("dqn.atoms=51", "dqn.v_min=0", "dqn.v_max=100", "dqn.dueling=true",
-           "dqn.prioritized=true")
 WEIGHTS = re.compile(r"\[ddrl\] rank (\d+) final weights sha256 ([0-9a-f]+)")
 
 

@@ -1,23 +1,116 @@
-"""The learner's actors in central mode (SEED RL): the ba3c node with one pool whose
-simulators live on the actor ranks (`distributed/central.py: RemotePool`, handed in by the
-entry point). Its predictor thread is the inference batcher; unrolls, the FIFO and the
-off-policy targets are the ba3c node's own."""
+"""The learner's actors in central mode (SEED RL): the simulators live on the actor ranks
+(`distributed/central.py: RemotePool`, handed in by the entry point) and the learner acts for
+them. With the ba3c node its predictor thread is the inference batcher and unrolls, the FIFO
+and the off-policy targets are the ba3c node's own; with DQN's node every remote simulator is
+a stream of the learner's replay memory, as in SEED's R2D2, and the learner chooses their
+epsilon-greedy actions batch by batch."""
 from __future__ import annotations
 
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
 from ddrl.acting.ba3c import BA3CActors
+from ddrl.acting.dqn import DQNActors, Experience, Predict
 from ddrl.config import Config
+from ddrl.errors import DdrlError
 from ddrl.learner import Learner
 
+# `distributed/central.py: RemotePool`, a floor above this one: handed in, never imported.
+RemotePool = Any
 
-class CentralActors(BA3CActors):
-    def __init__(self, cfg: Config, learner: Learner, restart: int, pool):
-        self._remote = pool
-        super().__init__(cfg, learner, 0, restart, pools=[pool])
+
+class _Remote:
+    """What both central nodes add: the actor ranks' telemetry, and a stop that reaches a
+    thread waiting for their observations."""
+    _remote: RemotePool
 
     def pop_rows(self, updates: int) -> dict[str, list[dict[str, float]]]:
         return self._remote.pop_rows(updates)
 
     def close(self) -> None:
-        # The predictor may be waiting for observations: it must see the stop before the join.
+        # A thread may be waiting for observations: it must see the stop before the join.
         self._remote.stopping.set()
         super().close()
+
+
+class CentralActors(_Remote, BA3CActors):
+    def __init__(self, cfg: Config, learner: Learner, restart: int, pool: RemotePool):
+        self._remote = pool
+        super().__init__(cfg, learner, 0, restart, pools=[pool])
+
+
+class RemoteSamplers:
+    """DQN's samplers (`acting/dqn.py: Samplers`) over the actor ranks' simulators: each
+    batch that arrives holds the steps of some of them, which enter the memory under the
+    actions the learner chose for them last time, and gets its new actions at once."""
+
+    def __init__(self, node: DQNActors, pool: RemotePool):
+        self._node, self._pool = node, pool
+        self.size = pool.num_envs
+        self.n_actions, self.obs_shape, self.obs_dtype = pool.n_actions, pool.obs_shape, pool.obs_dtype
+        # Simulators begin in the memory when their first observation arrives.
+        self.first = (np.zeros(0, np.int64), np.zeros((0, *self.obs_shape), self.obs_dtype))
+        self._begun = np.zeros(self.size, bool)
+        self._actions = np.zeros(self.size, np.int32)
+        self._rng = node.rng("explore")
+        self.stopped = threading.Event()
+
+    def collect(self, rounds: int, predict: Predict | None, eps: float, acted_at: int
+                ) -> Experience:
+        """About `rounds` steps of every simulator: batches until that many transitions came."""
+        out = Experience()
+        while out.transitions < rounds * self.size and not self.stopped.is_set():
+            t0 = time.perf_counter()
+            step = self._pool.recv()
+            t1 = time.perf_counter()
+            ids = step.env_ids
+            if not len(ids):
+                break  # stopping
+            new = ~self._begun[ids]
+            if new.any():
+                out.begins.append((ids[new], step.obs[new]))
+                self._begun[ids[new]] = True
+            known = ~new
+            if known.any():
+                reward = self._node.bootstrap_truncated(step, predict)
+                out.steps.append((ids[known], self._actions[ids[known]], reward[known],
+                                  step.done[known], np.full(int(known.sum()), acted_at),
+                                  step.obs[known]))
+                out.frames += int(known.sum()) * self._pool.frames_per_step
+            out.episodes += step.episodes
+            actions = self._rng.integers(0, self.n_actions, len(ids)).astype(np.int32)
+            if predict is not None:
+                greedy = self._rng.random(len(ids)) >= eps
+                if greedy.any():
+                    actions[greedy] = predict(step.obs[greedy])[0].argmax(-1)
+            self._actions[ids] = actions
+            self._pool.send(actions)
+            # Waiting for the actors is their simulation time as this node sees it.
+            out.t_sim += t1 - t0
+            out.t_predict += time.perf_counter() - t1
+        return out
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+class CentralDQNActors(_Remote, DQNActors):
+    def __init__(self, cfg: Config, learner: Learner, restart: int, pool: RemotePool):
+        self._remote = pool
+        stack = pool.obs_shape[0] if cfg.is_atari else 1
+        streams = pool.num_envs
+        if cfg.dqn.replay_frames // streams < 2 * (stack + cfg.dqn.n_step + 1):
+            raise DdrlError(f"config key dqn.replay_frames: {cfg.dqn.replay_frames:,} frames "
+                            f"cannot hold the stacks and {cfg.dqn.n_step}-step transitions of "
+                            f"{streams} remote simulators (actor ranks x central.groups x "
+                            "node.n_sim), a stream each")
+        super().__init__(cfg, learner, 0, restart, samplers=lambda node: RemoteSamplers(node, pool))
+
+
+def central_actors(cfg: Config, learner: Learner, restart: int, pool: RemotePool) -> _Remote:
+    """The learner's node for `node.mode`."""
+    node = CentralDQNActors if cfg.node.mode == "dqn" else CentralActors
+    return node(cfg, learner, restart, pool)

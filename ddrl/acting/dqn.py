@@ -47,13 +47,21 @@ PREPOPULATE_CHUNK = 256
 class Experience:
     """Steps not yet in the replay memory, in the order they are to enter it."""
     steps: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+    # (streams, first observations) of simulators seen for the first time (central mode):
+    # they enter the memory before any step, each stream's begin before its own steps.
+    begins: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     episodes: list[tuple[int, float, int]] = field(default_factory=list)
     frames: int = 0
     t_sim: float = 0.0
     t_predict: float = 0.0
 
+    @property
+    def transitions(self) -> int:
+        return sum(len(step[0]) for step in self.steps)
+
     def extend(self, other: "Experience") -> None:
         self.steps += other.steps
+        self.begins += other.begins
         self.episodes += other.episodes
         self.frames += other.frames
         self.t_sim += other.t_sim
@@ -161,10 +169,13 @@ def _available_memory() -> int | None:
 
 
 class DQNActors(Actors):
-    def __init__(self, cfg: Config, learner: Learner, rank: int, restart: int):
+    def __init__(self, cfg: Config, learner: Learner, rank: int, restart: int,
+                 samplers: Callable[["DQNActors"], Samplers] = lambda node: Samplers(node, node.cfg)):
+        """`samplers` makes the simulators' side from the node (central mode: the actor
+        ranks')."""
         super().__init__(cfg, learner, rank, restart)
         a = cfg.dqn
-        self.samplers = Samplers(self, cfg)
+        self.samplers = samplers(self)
         shape = (a.replay_frames, self.samplers.size, self.samplers.obs_shape,
                  self.samplers.obs_dtype, cfg.is_atari)
         self.memory = (PrioritizedReplay(*shape, a.n_step, a.priority_alpha, a.priority_beta)
@@ -264,6 +275,8 @@ class DQNActors(Actors):
                 f"from {path.name}")
 
     def _store(self, exp: Experience) -> None:
+        for streams, obs in exp.begins:
+            self.memory.begin(streams, obs)
         for streams, actions, rewards, dones, acted_at, next_obs in exp.steps:
             self.memory.add(streams, actions, rewards, dones, acted_at, next_obs)
         self.record(exp.frames, exp.episodes)
@@ -294,11 +307,14 @@ class DQNActors(Actors):
         return self._minibatch()
 
     def _standard_steps(self) -> None:
-        a, w = self.cfg.dqn, self.samplers.size
+        a = self.cfg.dqn
         while self._credit < a.train_period:
-            self._store(self.samplers.collect(1, self.learner.predict, self._epsilon(), self.update))
-            self._credit += w
-            self._since_target += w
+            exp = self.samplers.collect(1, self.learner.predict, self._epsilon(), self.update)
+            self._store(exp)
+            if not exp.transitions:
+                break  # the samplers stopped (the run ends)
+            self._credit += exp.transitions
+            self._since_target += exp.transitions
         self._credit -= a.train_period
         if self._since_target >= a.target_period:
             self._since_target -= a.target_period

@@ -75,9 +75,9 @@ def check(cfg: Config, world_size: int) -> None:
     if cfg.sync.backend != "mpi":
         raise DdrlError("sync.mode = 'central' sends with mpi4py point to point: set "
                         "sync.backend = 'mpi'")
-    if cfg.node.mode != "ba3c":
+    if cfg.node.mode not in ("ba3c", "dqn"):
         raise DdrlError("sync.mode = 'central': the learner runs the ba3c node (its FIFO of "
-                        "unrolls); set node.mode = 'ba3c'")
+                        "unrolls) or DQN's (its replay memory); set node.mode = 'ba3c' or 'dqn'")
 
 
 def split(world: World) -> Any:
@@ -231,7 +231,7 @@ class RemotePool:
         self.frames_per_step = frames_per_step
         self._comm = comm
         self._n_sim = cfg.node.n_sim
-        self._dtype = np.dtype(obs_dtype)
+        self._dtype = self.obs_dtype = np.dtype(obs_dtype)
         self._frames = StackReceiver(self.num_envs, obs_shape, obs_dtype, stacked=cfg.is_atari)
         self._row = int(np.prod(obs_shape)) * self._dtype.itemsize
         self._batch = cfg.central.batch or max(1, self.num_envs // cfg.central.groups)
