@@ -18,6 +18,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 NEWEST_PYTHON ?= $(lastword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3))
 NEWEST_VENV := .venv-newest
 NEWEST_PY := $(NEWEST_VENV)/bin/python
+comma := ,
 
 .PHONY: setup run test test-newest docs bench clean-venv
 
@@ -32,16 +33,16 @@ $(VENV)/.apt:
 	fi
 	@mkdir -p $(VENV) && touch $@
 
-# A venv with ddrl and its test tools: $(call venv_recipe,PYTHON,VENV,CONSTRAINTS).
+# A venv with ddrl and the extras named: $(call venv_recipe,PYTHON,VENV,CONSTRAINTS,EXTRAS).
 define venv_recipe
 	@[ -x $(2)/bin/python ] || $(1) -m venv $(2)
 	$(2)/bin/python -m pip install -q --upgrade pip setuptools wheel
-	$(2)/bin/python -m pip install -q -c $(3) -e '.[test]'
+	$(2)/bin/python -m pip install -q -c $(3) -e '.[$(4)]'
 	@touch $@
 endef
 
 $(VENV)/.deps: $(VENV)/.apt setup.cfg pyproject.toml $(CONSTRAINTS)
-	$(call venv_recipe,python3,$(VENV),$(CONSTRAINTS))
+	$(call venv_recipe,python3,$(VENV),$(CONSTRAINTS),test)
 
 # Horovod compiles against the installed TensorFlow and MPI (about 2-4 minutes on 2 cores).
 $(VENV)/.horovod: $(VENV)/.deps
@@ -70,10 +71,10 @@ test: setup
 
 $(NEWEST_VENV)/.deps: setup.cfg pyproject.toml .ci/constraints-newest.txt $(VENV)/.apt
 	@[ -n "$(NEWEST_PYTHON)" ] || { echo "ddrl: error: no Python 3.13 found under ~/.pyenv/versions; set NEWEST_PYTHON=/path/to/python3.13" >&2; exit 2; }
-	$(call venv_recipe,$(NEWEST_PYTHON),$(NEWEST_VENV),.ci/constraints-newest.txt)
+	$(call venv_recipe,$(NEWEST_PYTHON),$(NEWEST_VENV),.ci/constraints-newest.txt,test$(comma)wandb)
 
 # The unit and integration tiers and the end-to-end tests marked `newest_stack` (two ranks
-# under mpirun, an Atari game, a resume, the installed wheel) on the newest stack.
+# under mpirun, an Atari game, a resume, the installed wheel, W&B offline) on the newest stack.
 test-newest: $(NEWEST_VENV)/.deps
 	$(NEWEST_PY) -m pytest -q tests/unit tests/integration
 	$(NEWEST_PY) -m pytest -q -m newest_stack tests --ignore=tests/unit --ignore=tests/integration

@@ -58,6 +58,9 @@ class RunConfig:
     # TensorBoard event files beside log.h5 (DIR/tensorboard/), written live by rank 0 with
     # the scalars of /train, /eval and /episodes.
     tensorboard: bool = True
+    # A Weights & Biases project to mirror the same scalars into, live (the `wandb` extra);
+    # "" for none. W&B's own variables apply: WANDB_MODE=offline keeps it on this disk.
+    wandb: str = ""
 
 
 @dataclass

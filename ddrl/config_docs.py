@@ -44,6 +44,9 @@ DOCS = {
     "run.log_every": "updates per `/train` row",
     "run.progress_seconds": "seconds between progress lines",
     "run.tensorboard": "TensorBoard event files written live beside the log in `RUN_DIR/tensorboard/`",
+    "run.wandb": "Weights & Biases project that rank 0 mirrors the same scalars into, live, one "
+                 "W&B run per run directory, a resume continuing it (`pip install ddrl[wandb]`; "
+                 "`WANDB_MODE=offline` keeps it in `RUN_DIR/wandb/`); empty: none",
     "node.mode": "`ba3c`: asynchronous predictors and a FIFO (the paper); `a2c`: synchronous, "
                  "reproducible; `dqn`: samplers, a replay memory and a target network (chosen "
                  "by `algo.name = \"dqn\"`)",

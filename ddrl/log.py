@@ -138,8 +138,9 @@ class RunLog:
         self._pending: dict[str, list[tuple]] = {name: [] for name in TABLES}
         self._flush_seconds = flush_seconds
         self._last_flush = time.monotonic()
-        # Something that takes the rows of each flush as well (ddrl.tensorboard.EventWriter).
-        self.mirror = None
+        # Live copies of the rows (TensorBoard, W&B): each has write(table, rows, columns),
+        # flush() and close().
+        self.mirrors: list = []
 
     @property
     def attrs(self) -> h5py.AttributeManager:
@@ -234,11 +235,11 @@ class RunLog:
                 written = np.array(rows, dtype=table_dtype(name))
                 ds[n:] = written
                 rows.clear()
-                if self.mirror is not None:
-                    self.mirror.write(name, written, list(written.dtype.names))
+                for mirror in self.mirrors:
+                    mirror.write(name, written, list(written.dtype.names))
             self._f.flush()
-            if self.mirror is not None:
-                self.mirror.flush()
+            for mirror in self.mirrors:
+                mirror.flush()
             if sync:
                 _fsync(self._f)
         except (OSError, RuntimeError) as exc:
@@ -251,8 +252,8 @@ class RunLog:
         if self._f.id.valid:
             self.flush(sync=True)
             self._f.close()
-            if self.mirror is not None:
-                self.mirror.close()
+            for mirror in self.mirrors:
+                mirror.close()
 
 
 def open_log(path: str | Path) -> h5py.File:

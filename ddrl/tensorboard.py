@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 # The tables worth charts and their columns that are figures, not bookkeeping; `None`: every
 # column but the bookkeeping ones.
 TABLES: dict[str, tuple[str, ...] | None] = {
@@ -36,17 +38,26 @@ def start_timestamp(start_time: Any) -> float:
         return 0.0
 
 
-def scalars(table: str, rows: Any, columns: list[str]) -> Iterator[tuple[str, int, float, float]]:
-    """(tag, frames, wall_time, value) of the rows of one table. `rows` is anything indexed
-    by column name (a structured array, a DataFrame); `columns` are the names it has."""
+def points(table: str, rows: Any, columns: list[str]) -> Iterator[tuple[int, float, dict[str, float]]]:
+    """(frames, wall_time, {tag: value}) of each row of one table, its finite figures only.
+    `rows` is anything indexed by column name (a structured array, a DataFrame); `columns`
+    are the names it has."""
     if table not in TABLES or not len(rows):
         return
     wanted = TABLES[table] or [c for c in columns if c not in _BOOKKEEPING]
-    frames, wall_time = rows["frames"], rows["wall_time"]
-    for column in wanted:
-        for f, t, value in zip(frames, wall_time, rows[column]):
-            if math.isfinite(value):
-                yield f"{table}/{column}", int(f), float(t), float(value)
+    figures = {f"{table}/{c}": np.asarray(rows[c], np.float64) for c in wanted}
+    for i, (frames, wall_time) in enumerate(zip(np.asarray(rows["frames"]),
+                                                np.asarray(rows["wall_time"]))):
+        values = {tag: float(v[i]) for tag, v in figures.items() if math.isfinite(v[i])}
+        if values:
+            yield int(frames), float(wall_time), values
+
+
+def scalars(table: str, rows: Any, columns: list[str]) -> Iterator[tuple[str, int, float, float]]:
+    """(tag, frames, wall_time, value) of the rows of one table, as `points`."""
+    for frames, wall_time, values in points(table, rows, columns):
+        for tag, value in values.items():
+            yield tag, frames, wall_time, value
 
 
 class EventWriter:

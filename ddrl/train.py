@@ -9,7 +9,7 @@ import json
 import traceback
 from pathlib import Path
 
-from ddrl import checkpoint
+from ddrl import checkpoint, wandb_writer
 from ddrl.config import Config, load_config
 from ddrl.envs import check_env_id
 from ddrl.errors import DdrlError, EveryRankError, storage_errors
@@ -45,6 +45,7 @@ def _run(args: argparse.Namespace, signals: StopSignals) -> int:
                           note=(lambda line: None) if quiet else None)
         world = discover(need_mpi=False)
         check_world(cfg, world.size)
+        wandb_writer.check_installed(cfg)
     except DdrlError as exc:
         raise EveryRankError(str(exc)) from None
     startup = _startup_watchdog(cfg, world)
@@ -182,10 +183,14 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
                 say(f"[ddrl] {log.damaged}: set aside as {log.set_aside.name}; "
                     "the run goes on in a new log with the rows that could be read", err=True)
         if cfg.run.tensorboard:
-            log.mirror = EventWriter(run_dir / "tensorboard", start_timestamp(log.attrs.get("start_time")))
+            events = EventWriter(run_dir / "tensorboard", start_timestamp(log.attrs.get("start_time")))
             if ckpt is not None:
                 # Rows at the checkpoint's own frames stay; what came after, the run plays again.
-                log.mirror.restart(counters.frames + 1)
+                events.restart(counters.frames + 1)
+            log.mirrors.append(events)
+        if cfg.run.wandb:
+            log.mirrors.append(wandb_writer.WandbWriter(
+                cfg.run.wandb, run_dir, str(log.attrs.get("start_time")), cfg.to_dict()))
         log.append("starts", {"restart": counters.restarts, "update": counters.update,
                               "frames": counters.frames, "wall_time": counters.wall_time,
                               "world_size": world.size, "nodes": world.hosts,

@@ -182,6 +182,19 @@ def test_horovod_asked_for_but_not_installed_is_one_line(run_dir):
     assert "Traceback" not in out and not (run_dir / "log.h5").exists(), out
 
 
+@pytest.mark.newest_stack
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is not None,
+                    reason="Weights & Biases is installed (the newest stack's leg has it)")
+def test_wandb_asked_for_but_not_installed_is_one_line(run_dir):
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", "run.wandb=proj",
+               ranks=2, timeout=120)
+    assert res.returncode == 2
+    out = res.stdout + res.stderr
+    errors = [line for line in out.splitlines() if line.startswith("ddrl: error:")]
+    assert len(errors) == 1 and "pip install 'ddrl[wandb]'" in errors[0], out
+    assert "Traceback" not in out and not (run_dir / "log.h5").exists(), out
+
+
 def test_two_runs_on_one_directory_at_once_one_is_refused(run_dir):
     """Started together on one --out, exactly one run proceeds; the other names the holder."""
     args = [*DDRL, "train", str(JOBS / "cartpole.toml"), "--out", str(run_dir),

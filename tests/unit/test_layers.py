@@ -18,7 +18,7 @@ FLOORS = [
     ["ddrl.algos", "ddrl.models", "ddrl.envs", "ddrl.optim"],
     ["ddrl.config", "ddrl.config_docs", "ddrl.log", "ddrl.checkpoint", "ddrl.signals", "ddrl.rundir",
      "ddrl.errors",
-     "ddrl.output", "ddrl.seeding", "ddrl.cpus", "ddrl.tensorboard", "ddrl"],
+     "ddrl.output", "ddrl.seeding", "ddrl.cpus", "ddrl.tensorboard", "ddrl.wandb_writer", "ddrl"],
 ]
 
 

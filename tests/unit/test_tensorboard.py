@@ -25,7 +25,7 @@ def board(directory) -> EventAccumulator:
 
 def test_each_flush_of_the_log_reaches_the_event_file_with_steps_and_clock(tmp_path):
     log = RunLog.create(tmp_path / "log.h5", {"config": "{}", "start_time": START})
-    log.mirror = EventWriter(tmp_path / "tb", start_timestamp(START))
+    log.mirrors.append(EventWriter(tmp_path / "tb", start_timestamp(START)))
     for u in range(1, 6):
         log.append("train", train_row(u, loss=0.5 * u))
     log.append("eval", {"update": 5, "frames": 5000, "wall_time": 10.0, "mean_return": 18.5,
