@@ -38,8 +38,8 @@ class Learner:
         self._predict = tf.function(self._predict_fn).get_concrete_function(obs_spec)
         self._gradients = tf.function(self._gradients_fn).get_concrete_function(
             obs_spec, tf.TensorSpec((None,), tf.int32),
-            # Any shape: a categorical target is a distribution per data point.
-            *[tf.TensorSpec(None, tf.float32) for _ in self.algo.fields])
+            *[tf.TensorSpec((None, *self.algo.target_shapes.get(f, ())), tf.float32)
+              for f in self.algo.fields])
         # XLA fuses Adam's element-wise passes into one loop per variable: about 3x faster
         # than the unfused Keras update, which costs a quarter of a Nature-CNN training step
         # on CPU. Only here: XLA's CPU convolutions are slower than oneDNN's.

@@ -55,6 +55,7 @@ class A2C:
     off_policy = False
     head = "actor_critic"
     support = None
+    target_shapes: dict[str, tuple[int, ...]] = {}
 
     def __init__(self, cfg: Config):
         self.gamma = cfg.algo.gamma

@@ -20,6 +20,8 @@ class Algorithm(Protocol):
     name: str
     # The Batch.targets fields its loss takes, in the order the learner passes them.
     fields: tuple[str, ...]
+    # Each field's shape per data point where it is not one number (a distribution).
+    target_shapes: dict[str, tuple[int, ...]]
     # True: the targets correct for the lag between the acting and the learning policy, so
     # the node hands them the learner's current policy and values on the rollout (V-trace);
     # False: the actor's values serve.

@@ -90,6 +90,7 @@ class DQN:
         self.support = (np.linspace(a.v_min, a.v_max, a.atoms, dtype=np.float32)
                         if self.categorical else None)
         self.fields = ("distribution" if self.categorical else "returns", "weights")
+        self.target_shapes = {"distribution": (a.atoms,)} if self.categorical else {}
 
     def state_value(self, q: np.ndarray) -> np.ndarray:
         """max_a Q in reward units (what a time-limit cut bootstraps with)."""

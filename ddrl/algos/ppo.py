@@ -60,6 +60,7 @@ class PPO:
     off_policy = False
     head = "actor_critic"
     support = None
+    target_shapes: dict[str, tuple[int, ...]] = {}
 
     def __init__(self, cfg: Config):
         self.cfg = cfg

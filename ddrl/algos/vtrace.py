@@ -58,6 +58,7 @@ class VTrace:
     off_policy = True
     head = "actor_critic"
     support = None
+    target_shapes: dict[str, tuple[int, ...]] = {}
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
