@@ -21,6 +21,8 @@ COMMANDS = {
     "status": ("analysis.status", "one line per run: state, progress, speed, scores, time left"),
     "info": ("ddrl.info", "versions, CPU features, model sizes"),
     "slurm": ("ddrl.slurm_script", "print a ready sbatch script for a job file"),
+    "sweep": ("ddrl.sweep", "a sweep file's runs one after another on this machine, "
+                            "resumable (the workstation's job array)"),
 }
 
 

@@ -137,6 +137,12 @@ def task_train_args(job: str, sets: list[str], out: str | None, sweep: str | Non
         run_dir = default_run_dir(job)
     else:
         run_dir = Path(out if task is None else f"{out}_{task}")
+    return train_args(job, sets, run_dir)
+
+
+def train_args(job: str, sets: list[str], run_dir: Path) -> list[str]:
+    """`ddrl train` arguments that start the run in `run_dir`, or resume it from its last
+    checkpoint where it has one."""
     run_dir = run_dir.absolute()
     resume = checkpoint.latest(run_dir / "checkpoints") is not None
     print(f"ddrl: run directory {run_dir}{' (resuming)' if resume else ''}", file=sys.stderr)

@@ -1,0 +1,92 @@
+"""`ddrl sweep JOB --sweep FILE --out DIR`: a sweep file's runs one after another on this
+machine, as `sbatch --array=0-N slurm/array.sbatch JOB --sweep FILE --out DIR` runs them on a
+cluster: the same lines, the same run directories (DIR_0, DIR_1, ...), each run under
+`mpirun -n --ranks`.
+
+The command can be stopped and started again: a run that ended (its `ddrl train` exited 0:
+frame budget, target or time limit) is marked finished and skipped; one that was stopped
+(a signal, a crash, a reboot) resumes from its last checkpoint. SIGTERM or Ctrl-C reach the
+running run, which checkpoints before the sweep stops (exit 3).
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from ddrl.errors import DdrlError
+from ddrl.slurm_script import sweep_lines, task_config, train_args
+
+# Written into a run directory when its run ended on its own.
+FINISHED = "sweep-finished"
+# `ddrl train`'s exit after a signal made it checkpoint (ddrl.loop.trainer, which brings
+# TensorFlow: not imported here).
+EXIT_SIGNALLED = 3
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", help="TOML job file (a sweep line may name another)")
+    p.add_argument("--sweep", required=True, metavar="FILE",
+                   help="one run per line: `key=value ...`, optionally another job file")
+    p.add_argument("--out", required=True, metavar="DIR", help="run i goes to DIR_i")
+    p.add_argument("--ranks", type=int, default=2, help="MPI ranks per run (default 2)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key of every run (repeatable)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.ranks < 1:
+        raise DdrlError(f"--ranks {args.ranks}: a run needs at least 1 rank")
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        raise DdrlError("mpirun not found: install an MPI library (docs/install.md)")
+    # Every line checked before the first run starts: a typo on line 17 must not wait hours.
+    lines = sweep_lines(args.sweep)
+    runs = [task_config(args.job, args.set, args.sweep, task) for task in range(len(lines))]
+    failed = []
+    for task, (job, sets) in enumerate(runs):
+        run_dir = Path(f"{args.out}_{task}")
+        name = f"run {task} of {len(runs)} ({' '.join(lines[task])})"
+        if (run_dir / FINISHED).exists():
+            print(f"ddrl sweep: {name}: finished already, in {run_dir}", flush=True)
+            continue
+        print(f"ddrl sweep: {name}", flush=True)
+        cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+               "-n", str(args.ranks), sys.executable, "-m", "ddrl", "train",
+               *train_args(job, sets, run_dir)]
+        code = _run_forwarding_signals(cmd)
+        if code == 0:
+            (run_dir / FINISHED).touch()
+        elif code < 0 or code == EXIT_SIGNALLED:
+            print(f"ddrl sweep: stopped during run {task}; the same command resumes it",
+                  flush=True)
+            return 3
+        else:
+            failed.append(task)
+            print(f"ddrl sweep: run {task} failed (exit {code}); going on with the next",
+                  flush=True)
+    if failed:
+        raise DdrlError(f"runs {', '.join(map(str, failed))} of {args.sweep} failed; the same "
+                        "command tries them again (finished runs are skipped)")
+    return 0
+
+
+def _run_forwarding_signals(cmd: list[str]) -> int:
+    """The run's exit code. SIGTERM and SIGINT to this process become a SIGUSR1 to mpirun,
+    which hands it to every rank (they checkpoint and stop); Open MPI's own answer to SIGINT
+    or SIGTERM is to kill the ranks. mpirun gets its own session so that a terminal's
+    Ctrl-C reaches it only this way."""
+    proc = subprocess.Popen(cmd, start_new_session=True)
+
+    def forward(_signum, _frame):
+        proc.send_signal(signal.SIGUSR1)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return proc.wait()
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
