@@ -1,4 +1,5 @@
-"""`ddrl analyze RUN_DIR... [--target SCORE] [--out DIR]`: summary table and figures."""
+"""`ddrl analyze RUN_DIR... [--target SCORE] [--out DIR]`: summary table and figures; runs of
+several games also get a table per game and a grid of curves (`analysis/games.py`)."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.games import game_table, plot_games
 from analysis.load import Run, load_runs
 from analysis.plots import plot_learning_curves, plot_losses, plot_ranks, plot_scaling, plot_throughput, save
 from analysis.reference import load_reference
@@ -81,6 +83,12 @@ def run(args: argparse.Namespace) -> int:
             written.append(save(plot_scaling(summary), out / "scaling.png"))
         else:
             print("no run reached the target score: no scaling figure")
+    if summary["game"].nunique() > 1:
+        games = game_table(summary)
+        print("\nper game, over its seeds (medians; HNS = human-normalised score):")
+        print(format_summary(games))
+        games.to_csv(out / "games.csv", index=False)
+        written += [out / "games.csv", save(plot_games(runs), out / "games.png")]
     key = sweep_key(runs)
     if key is not None:
         written.append(save(plot_throughput(summary, key),

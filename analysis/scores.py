@@ -20,6 +20,17 @@ BASELINES: dict[str, tuple[float, float]] = {
     "BeamRider": (363.9, 16926.5),
 }
 
+# game -> published scores to read the six-game table against: the paper's Table 3 (best
+# scores, 0.5-4 h on 64 nodes) and PPO after 40M frames (Schulman et al. 2017, Table 6).
+PUBLISHED: dict[str, dict[str, float]] = {
+    "Breakout": {"paper": 350.0, "ppo_40m": 274.8},
+    "Boxing": {"paper": 98.0, "ppo_40m": 94.6},
+    "Pong": {"paper": 20.0, "ppo_40m": 20.7},
+    "Seaquest": {"paper": 1832.0, "ppo_40m": 1204.0},
+    "SpaceInvaders": {"paper": 650.0, "ppo_40m": 942.5},
+    "BeamRider": {"paper": 14900.0, "ppo_40m": 1590.0},
+}
+
 
 def human_normalized(score: float, game: str) -> float:
     """(score - random) / (human - random); NaN for games without published baselines."""

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from matplotlib.image import imread
 
+from analysis.games import game_table
 from analysis.load import load_run, load_runs
 from analysis.plots import plot_learning_curves, plot_losses, plot_ranks, plot_scaling
 from analysis.reference import load_reference
@@ -143,6 +144,41 @@ def test_scaling_ideal_line_and_efficiency(runs):
     for ax in plot_scaling(summary).axes:  # measured and ideal, once each
         labels = ax.get_legend_handles_labels()[1]
         assert len(labels) == 2 and "ideal linear" in labels
+
+
+def test_game_table_takes_medians_and_ranges_over_each_games_seeds():
+    rows = [("Pong", 18.0, 20.0, 6e6, 1200.0), ("Pong", 19.0, 21.0, 8e6, 1500.0),
+            ("Pong", 10.0, 12.0, math.nan, math.nan),
+            ("Breakout", 30.5, 40.0, math.nan, math.nan), ("Breakout", 1.7, 5.0, math.nan, math.nan)]
+    summary = pd.DataFrame(rows, columns=["game", "last_eval", "best_eval", "frames_to_target",
+                                          "time_to_target"])
+    summary["target"], summary["frames"], summary["wall_time"] = 18.0, 1e7, 1800.0
+    table = game_table(summary).set_index("game")
+    pong, breakout = table.loc["Pong"], table.loc["Breakout"]
+    assert (pong["final"], pong["final_min"], pong["final_max"]) == (18.0, 10.0, 19.0)
+    assert pong["best"] == 20.0 and pong["reached"] == "2/3"
+    assert pong["frames_to_target"] == 7e6 and pong["minutes_to_target"] == pytest.approx(22.5)
+    assert pong["hns_final"] == pytest.approx(human_normalized(18.0, "Pong"))
+    assert (pong["paper"], pong["ppo_40m"]) == (20.0, 20.7)
+    # Breakout's two seeds: HNS 1.0 and 0.0, median 0.5; no target reached.
+    assert breakout["hns_final"] == pytest.approx(0.5) and breakout["reached"] == "0/2"
+    assert math.isnan(breakout["frames_to_target"])
+    assert table.loc["median", "hns_final"] == pytest.approx(
+        np.median([pong["hns_final"], 0.5]))
+
+
+def test_runs_of_several_games_get_a_table_and_a_grid_per_game(run_dirs, tmp_path):
+    other = tmp_path / "acrobot"
+    res = ddrl("train", JOB, "--out", str(other), "--set", "env.id=Acrobot-v1",
+               "--set", "run.max_frames=3000", "--set", "eval.target=none", "--set", "eval.every=20")
+    assert res.returncode == 0, res.stderr[-2000:]
+    res = ddrl("analyze", str(run_dirs[0]), str(run_dirs[1]), str(other), "--out", str(tmp_path / "a"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "per game, over its seeds" in res.stdout
+    games = pd.read_csv(tmp_path / "a" / "games.csv")
+    assert games["game"].tolist() == ["Acrobot", "CartPole", "median"]
+    assert games.set_index("game").loc["CartPole", "seeds"] == 2
+    assert imread(tmp_path / "a" / "games.png").shape[0] > 100
 
 
 def test_human_normalized_score_uses_published_baselines():

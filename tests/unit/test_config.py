@@ -159,3 +159,16 @@ def test_a_resume_that_changes_what_the_checkpoints_are_of_is_named():
     assert identity_changes(load_config(JOBS / "cartpole.toml", ["optim.lr=1e-4"]), saved) == []
     pong = load_config(JOBS / "pong-ppo.toml")
     assert "env.id 'CartPole-v1' in the run, 'ALE/Pong-v5' now" in identity_changes(pong, saved)
+
+
+def test_every_line_of_the_shipped_sweep_files_is_a_valid_run():
+    from ddrl.envs import check_env_id
+    from ddrl.slurm_script import sweep_lines, task_config
+
+    sweeps = sorted(JOBS.glob("*.sweep"))
+    assert sweeps
+    for sweep in sweeps:
+        for task, words in enumerate(sweep_lines(sweep)):
+            job, sets = task_config(str(JOBS / "pong-ppo.toml"), [], str(sweep), task)
+            check_env_id(load_config(job, sets).env.id)
+            assert sets == words

@@ -1,0 +1,76 @@
+"""Runs of several games (a suite: games x seeds) as one table per game and one grid of curves.
+
+Per game, over its seeds: the median and range of the final and of the best greedy eval,
+their human-normalised scores (HNS), frames and minutes to the run's `eval.target` where it
+has one (median over the seeds that reached it), and the published scores beside them.
+The suite's line is the median over the games.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.load import Run
+from analysis.plots import new_figure
+from analysis.scores import BASELINES, PUBLISHED, human_normalized
+
+
+def game_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per game of `summarize`'s table, and a last row `median` over the games."""
+    rows = []
+    for game, runs in summary.groupby("game", sort=True):
+        final, best = runs["last_eval"], runs["best_eval"]
+        reached = runs["frames_to_target"].dropna()
+        published = PUBLISHED.get(game, {})
+        rows.append({
+            "game": game, "seeds": len(runs),
+            "final": final.median(), "final_min": final.min(), "final_max": final.max(),
+            "best": best.median(), "best_min": best.min(), "best_max": best.max(),
+            "hns_final": np.median([human_normalized(v, game) for v in final]),
+            "hns_best": np.median([human_normalized(v, game) for v in best]),
+            "random": BASELINES.get(game, (math.nan,))[0],
+            "paper": published.get("paper", math.nan),
+            "ppo_40m": published.get("ppo_40m", math.nan),
+            "target": runs["target"].median(),
+            "reached": f"{len(reached)}/{len(runs)}",
+            "frames_to_target": reached.median() if len(reached) else math.nan,
+            "minutes_to_target": runs["time_to_target"].dropna().median() / 60
+            if len(reached) else math.nan,
+            "frames": runs["frames"].median(),
+            "minutes": runs["wall_time"].median() / 60,
+        })
+    table = pd.DataFrame(rows)
+    if len(table):
+        median = {"game": "median", "seeds": int(table["seeds"].sum()),
+                  "hns_final": table["hns_final"].median(), "hns_best": table["hns_best"].median()}
+        table = pd.concat([table, pd.DataFrame([median])], ignore_index=True)
+    return table
+
+
+def plot_games(runs: list[Run]) -> Figure:
+    """A panel per game: each seed's greedy eval against frames, with the random score and
+    the published ones as horizontal lines."""
+    games = sorted({r.game for r in runs})
+    cols = min(3, len(games))
+    fig, axes = new_figure((len(games) + cols - 1) // cols, cols, width=4.5)
+    axes = np.atleast_1d(axes).ravel()
+    for ax, game in zip(axes, games):
+        for i, run in enumerate(r for r in runs if r.game == game):
+            evals = run["eval"]
+            if len(evals):
+                ax.plot(evals["frames"], evals["mean_return"], color=f"C{i % 10}", marker="o",
+                        markersize=2, label=f"seed {run.setting('run.seed', i)}")
+        lines = {"random": BASELINES.get(game, (None,))[0],
+                 "paper, best": PUBLISHED.get(game, {}).get("paper"),
+                 "PPO, 40M frames": PUBLISHED.get(game, {}).get("ppo_40m")}
+        for (label, score), style in zip(lines.items(), (":", "--", "-.")):
+            if score is not None:
+                ax.axhline(score, color="gray", ls=style, label=label)
+        ax.set(title=game, xlabel="frames", ylabel="greedy eval")
+        ax.legend(fontsize=7)
+    for ax in axes[len(games):]:
+        ax.set_visible(False)
+    return fig
