@@ -25,7 +25,8 @@ class SumTree:
 
     def __init__(self, size: int):
         self.size = size
-        self.leaves = 1 << max(size - 1, 0).bit_length()
+        self.depth = max(size - 1, 0).bit_length()
+        self.leaves = 1 << self.depth
         self.tree = np.zeros(2 * self.leaves)
 
     @property
@@ -43,16 +44,15 @@ class SumTree:
         """Leaves `index` take `values` (where an index repeats, its last value)."""
         node = np.asarray(index, np.int64) + self.leaves
         self.tree[node] = values
-        node = np.unique(node // 2)
-        while len(node) and node[-1] >= 1:
+        # Parents shared by several leaves are summed once per leaf, to the same value: cheaper
+        # than sorting them out (np.unique) at every level.
+        for _ in range(self.depth):
+            node //= 2
             self.tree[node] = self.tree[2 * node] + self.tree[2 * node + 1]
-            if node[0] == 1:
-                break
-            node = np.unique(node // 2)
 
     def rebuild(self) -> None:
         """Every parent from the leaves (after the leaves were written directly)."""
-        for level in range(self.leaves.bit_length() - 1, 0, -1):
+        for level in range(self.depth, 0, -1):
             first = 1 << (level - 1)
             nodes = np.arange(first, 2 * first)
             self.tree[nodes] = self.tree[2 * nodes] + self.tree[2 * nodes + 1]
@@ -61,7 +61,7 @@ class SumTree:
         """The leaf where the running sum of the leaves passes each `mass` in [0, total)."""
         node = np.ones(len(mass), np.int64)
         mass = np.asarray(mass, np.float64).copy()
-        while node[0] < self.leaves:
+        for _ in range(self.depth):
             left = self.tree[2 * node]
             # Right only where the right child has mass: rounding cannot then end on an
             # empty leaf.
