@@ -169,29 +169,25 @@ def test_an_error_every_rank_reaches_is_reported_once_under_mpirun(override, nee
         assert not (run_dir / "log.h5").exists()
 
 
+def _absent(package: str, leg: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(importlib.util.find_spec(package) is not None,
+                              reason=f"{package} is installed ({leg})")
+
+
 @pytest.mark.newest_stack
-@pytest.mark.skipif(importlib.util.find_spec("horovod") is not None,
-                    reason="Horovod is installed (the newest stack's leg has none)")
-def test_horovod_asked_for_but_not_installed_is_one_line(run_dir):
-    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", "sync.backend=horovod",
+@pytest.mark.parametrize("setting, message", [
+    pytest.param("sync.backend=horovod", "Horovod is not installed",
+                 marks=_absent("horovod", "the newest stack's leg has none"), id="horovod"),
+    pytest.param("run.wandb=proj", "pip install 'ddrl[wandb]'",
+                 marks=_absent("wandb", "the newest stack's leg has it"), id="wandb"),
+])
+def test_an_extra_asked_for_but_not_installed_is_one_line(setting, message, run_dir):
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", setting,
                ranks=2, timeout=120)
     assert res.returncode == 2
     out = res.stdout + res.stderr
     errors = [line for line in out.splitlines() if line.startswith("ddrl: error:")]
-    assert len(errors) == 1 and "Horovod is not installed" in errors[0], out
-    assert "Traceback" not in out and not (run_dir / "log.h5").exists(), out
-
-
-@pytest.mark.newest_stack
-@pytest.mark.skipif(importlib.util.find_spec("wandb") is not None,
-                    reason="Weights & Biases is installed (the newest stack's leg has it)")
-def test_wandb_asked_for_but_not_installed_is_one_line(run_dir):
-    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", "run.wandb=proj",
-               ranks=2, timeout=120)
-    assert res.returncode == 2
-    out = res.stdout + res.stderr
-    errors = [line for line in out.splitlines() if line.startswith("ddrl: error:")]
-    assert len(errors) == 1 and "pip install 'ddrl[wandb]'" in errors[0], out
+    assert len(errors) == 1 and message in errors[0], out
     assert "Traceback" not in out and not (run_dir / "log.h5").exists(), out
 
 
