@@ -112,8 +112,8 @@ class PrioritizedReplay(ReplayMemory):
         return self._valid(np.repeat(np.arange(len(self.head)), self.slots), position.ravel())
 
     def _valid(self, s: np.ndarray, p: np.ndarray) -> np.ndarray:
-        low = np.maximum(self.head[s] - self.slots + self.stack - 1, 0)
-        return (p >= low) & (p <= self.head[s] - 1 - self.n) & self.acted[s, p % self.slots]
+        low, high = self.bounds(s, self.n)
+        return (p >= low) & (p <= high) & self.acted[s, p % self.slots]
 
     def begin(self, streams: np.ndarray, obs: np.ndarray) -> None:
         before = self.head[streams].copy()

@@ -118,8 +118,7 @@ class ReplayMemory:
         wanted = size
         while wanted > 0:
             s = rng.integers(0, streams_n, 2 * wanted)
-            low = np.maximum(self.head[s] - self.slots + self.stack - 1, 0)
-            high = self.head[s] - 1 - n
+            low, high = self.bounds(s, n)
             ok = high >= low
             s, low, high = s[ok], low[ok], high[ok]
             p = low + (rng.random(len(s)) * (high - low + 1)).astype(np.int64)
@@ -128,6 +127,11 @@ class ReplayMemory:
             picked_p.append(p[ok][:wanted])
             wanted -= len(picked_s[-1])
         return self.gather(np.concatenate(picked_s), np.concatenate(picked_p), n)
+
+    def bounds(self, s: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first and last absolute positions of streams `s` that can start a transition:
+        its whole stack still held, its n following steps known."""
+        return np.maximum(self.head[s] - self.slots + self.stack - 1, 0), self.head[s] - 1 - n
 
     def gather(self, s: np.ndarray, p: np.ndarray, n: int) -> Transitions:
         """The transitions at absolute positions `p` of streams `s`. Steps after a done belong
