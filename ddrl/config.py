@@ -456,6 +456,13 @@ def validate(cfg: Config) -> None:
         raise DdrlError(f"config key model.arch: {cfg.model.arch!r} needs image observations; use 'mlp'")
 
 
+def replay_frames_needed(cfg: Config, streams: int) -> int:
+    """The smallest replay memory whose `streams` each hold two frame stacks and n-step
+    transitions."""
+    stack = 4 if cfg.is_atari else 1
+    return streams * (stack + cfg.dqn.n_step + 1) * 2
+
+
 def _validate_dqn(cfg: Config) -> None:
     dqn_algo, dqn_node = cfg.algo.name == "dqn", cfg.node.mode == "dqn"
     if dqn_algo != dqn_node:
@@ -481,8 +488,7 @@ def _validate_dqn(cfg: Config) -> None:
         raise DdrlError("config key dqn.value_rescale: rescaling is for Q-values (R2D2), not "
                         "a categorical head's fixed support; set dqn.atoms = 0 or widen "
                         "dqn.v_min / dqn.v_max instead")
-    stack = 4 if cfg.is_atari else 1
-    if a.replay_frames < a.samplers * (stack + a.n_step + 1) * 2:
+    if a.replay_frames < replay_frames_needed(cfg, a.samplers):
         raise DdrlError(f"config key dqn.replay_frames: {a.replay_frames} frames cannot hold "
                         f"{a.samplers} samplers' stacks and {a.n_step}-step transitions")
 

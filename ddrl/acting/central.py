@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from ddrl.acting.ba3c import BA3CActors
-from ddrl.acting.dqn import DQNActors, Experience, Predict
-from ddrl.config import Config
+from ddrl.acting.dqn import DQNActors, Experience, Predict, epsilon_greedy
+from ddrl.config import Config, replay_frames_needed
 from ddrl.errors import DdrlError
 from ddrl.learner import Learner
 
@@ -81,11 +81,7 @@ class RemoteSamplers:
                                   step.obs[known]))
                 out.frames += int(known.sum()) * self._pool.frames_per_step
             out.episodes += step.episodes
-            actions = self._rng.integers(0, self.n_actions, len(ids)).astype(np.int32)
-            if predict is not None:
-                greedy = self._rng.random(len(ids)) >= eps
-                if greedy.any():
-                    actions[greedy] = predict(step.obs[greedy])[0].argmax(-1)
+            actions = epsilon_greedy(self._rng, step.obs, self.n_actions, predict, eps)
             self._actions[ids] = actions
             self._pool.send(actions)
             # Waiting for the actors is their simulation time as this node sees it.
@@ -100,9 +96,8 @@ class RemoteSamplers:
 class CentralDQNActors(_Remote, DQNActors):
     def __init__(self, cfg: Config, learner: Learner, restart: int, pool: RemotePool):
         self._remote = pool
-        stack = pool.obs_shape[0] if cfg.is_atari else 1
         streams = pool.num_envs
-        if cfg.dqn.replay_frames // streams < 2 * (stack + cfg.dqn.n_step + 1):
+        if cfg.dqn.replay_frames < replay_frames_needed(cfg, streams):
             raise DdrlError(f"config key dqn.replay_frames: {cfg.dqn.replay_frames:,} frames "
                             f"cannot hold the stacks and {cfg.dqn.n_step}-step transitions of "
                             f"{streams} remote simulators (actor ranks x central.groups x "

@@ -43,6 +43,18 @@ Predict = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 PREPOPULATE_CHUNK = 256
 
 
+def epsilon_greedy(rng: np.random.Generator, obs: np.ndarray, n_actions: int,
+                   predict: Predict | None, eps: float) -> np.ndarray:
+    """An action per observation: uniformly random with probability `eps` (always where
+    `predict` is None), else the argmax of the first output; only the greedy rows infer."""
+    actions = rng.integers(0, n_actions, len(obs)).astype(np.int32)
+    if predict is not None:
+        greedy = rng.random(len(obs)) >= eps
+        if greedy.any():
+            actions[greedy] = predict(obs[greedy])[0].argmax(-1)
+    return actions
+
+
 @dataclass
 class Experience:
     """Steps not yet in the replay memory, in the order they are to enter it."""
@@ -120,11 +132,7 @@ class Samplers:
             if self.stopped.is_set():
                 break
             t0 = time.perf_counter()
-            actions = rng.integers(0, self.n_actions, len(obs)).astype(np.int32)
-            if predict is not None:
-                greedy = rng.random(len(obs)) >= eps
-                if greedy.any():
-                    actions[greedy] = predict(obs[greedy])[0].argmax(-1)
+            actions = epsilon_greedy(rng, obs, self.n_actions, predict, eps)
             t1 = time.perf_counter()
             pool.send(actions)
             step = pool.recv()

@@ -129,9 +129,8 @@ class PrioritizedReplay(ReplayMemory):
     def _advance(self, streams: np.ndarray, before: np.ndarray) -> None:
         """Leaves of the positions whose validity the streams' advance from `before` may have
         changed: the oldest (now without their frames) and the newest (now with n successors)."""
-        after = self.head[streams]
-        old_low, old_high = before - self.slots + self.stack - 1, before - 1 - self.n
-        new_low, new_high = after - self.slots + self.stack - 1, after - 1 - self.n
+        old_low, old_high = self.window(before, self.n)
+        new_low, new_high = self.window(self.head[streams], self.n)
         spans = [_spans(streams, old_low, new_low), _spans(streams, old_high + 1, new_high + 1)]
         s = np.concatenate([stream for stream, _ in spans])
         p = np.concatenate([position for _, position in spans])

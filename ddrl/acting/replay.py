@@ -131,7 +131,12 @@ class ReplayMemory:
     def bounds(self, s: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """The first and last absolute positions of streams `s` that can start a transition:
         its whole stack still held, its n following steps known."""
-        return np.maximum(self.head[s] - self.slots + self.stack - 1, 0), self.head[s] - 1 - n
+        low, high = self.window(self.head[s], n)
+        return np.maximum(low, 0), high
+
+    def window(self, head: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """`bounds` of streams whose heads are `head`, the first not clipped at 0."""
+        return head - self.slots + self.stack - 1, head - 1 - n
 
     def gather(self, s: np.ndarray, p: np.ndarray, n: int) -> Transitions:
         """The transitions at absolute positions `p` of streams `s`. Steps after a done belong
