@@ -39,8 +39,15 @@ def write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp"
     try:
+        # np.savez leaves its ZipFile open when a write fails; collected after the file is
+        # closed, it tries to finish the archive and prints a traceback. Here the archive is
+        # closed, or fails to close, inside this try.
         with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
+            with zipfile.ZipFile(fh, "w", allowZip64=True) as archive:
+                for name, array in arrays.items():
+                    with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                        np.lib.format.write_array(member, np.asanyarray(array),
+                                                  allow_pickle=False)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

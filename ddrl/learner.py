@@ -35,15 +35,17 @@ class Learner:
         self._obs_shape = obs_shape
         # Traced once here and called as concrete functions: that skips tf.function's dispatch
         # (argument binding, trace-cache lookup), a tenth of a small inference call on 2 cores.
-        self._predict = tf.function(self._predict_fn).get_concrete_function(obs_spec)
-        self._gradients = tf.function(self._gradients_fn).get_concrete_function(
+        # autograph=False: no step branches on a tensor, and AutoGraph's rewriting of Keras'
+        # Python source took 4 of a small run's 7 s of start-up on every rank.
+        self._predict = tf.function(self._predict_fn, autograph=False).get_concrete_function(obs_spec)
+        self._gradients = tf.function(self._gradients_fn, autograph=False).get_concrete_function(
             obs_spec, tf.TensorSpec((None,), tf.int32),
             *[tf.TensorSpec((None, *self.algo.target_shapes.get(f, ())), tf.float32)
               for f in self.algo.fields])
         # XLA fuses Adam's element-wise passes into one loop per variable: about 3x faster
         # than the unfused Keras update, which costs a quarter of a Nature-CNN training step
         # on CPU. Only here: XLA's CPU convolutions are slower than oneDNN's.
-        apply = tf.function(self._apply_fn, jit_compile=True).get_concrete_function(
+        apply = tf.function(self._apply_fn, jit_compile=True, autograph=False).get_concrete_function(
             tf.TensorSpec((self.num_params,), tf.float32))
         self._apply = quiet_first_call(apply)
         self._grad: tf.Tensor | None = None
@@ -151,8 +153,8 @@ class FrozenNetwork:
     def __init__(self, model: tf.keras.Model, obs_spec: tf.TensorSpec, sizes: list[int]):
         self._variables = model.trainable_variables
         self._sizes = sizes
-        self._predict = tf.function(lambda obs: model(obs, training=False)).get_concrete_function(
-            obs_spec)
+        self._predict = tf.function(lambda obs: model(obs, training=False),
+                                    autograph=False).get_concrete_function(obs_spec)
 
     def load(self, flat: np.ndarray) -> None:
         assign_flat(self._variables, self._sizes, flat)

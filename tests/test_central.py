@@ -67,31 +67,21 @@ def test_central_learns_cartpole_with_actors_on_other_hosts(run_dir):
     assert np.isfinite(train["approx_kl"]).all() and (train["policy_lag"] >= 0).all()
 
 
-@pytest.mark.skipif(simhosts.available() is not None, reason=str(simhosts.available()))
-def test_central_rainbow_learns_cartpole_from_a_replay_memory_on_the_learner(run_dir):
+def test_central_rainbow_saves_its_replay_memory_and_resumes_with_it(run_dir):
     """SEED's value-based shape: the replay memory (prioritized, one stream per remote
-    simulator) and the epsilon-greedy acting on the learner, actors on two other hosts."""
-    with simhosts.SimulatedHosts(3) as net:
-        cmd = net.mpirun([1, 1, 1]) + DDRL + ["train", str(JOBS / "cartpole-dqn.toml"), "--out",
-                                              str(run_dir), "--set", "sync.mode=central",
-                                              *(a for m in RAINBOW for a in ("--set", m))]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT,
-                             env=env_for_tests())
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    # 2 actor ranks x central.groups 2 x node.n_sim 10.
-    assert "replay memory: 50,000 frames in 40 stream(s)" in res.stdout
-    assert "sync central" in res.stdout and "stopped (target)" in res.stdout
-    assert_solved(run_dir, "central rainbow")
-    check_actors(run_dir, res.stdout, [1, 2])
-
-
-def test_central_dqn_saves_its_replay_memory_and_resumes_with_it(run_dir):
-    sets = ("--set", "sync.mode=central", "--set", "dqn.save_replay=true", *NO_EVAL)
+    simulator) and the epsilon-greedy acting on the learner, saved with its priorities and
+    taken up again. Rainbow's learning: tests/test_dqn.py."""
+    sets = ("--set", "sync.mode=central", "--set", "dqn.save_replay=true", *NO_EVAL,
+            *(a for m in RAINBOW for a in ("--set", m)))
     first = ddrl("train", JOBS / "cartpole-dqn.toml", "--out", run_dir, *sets,
                  "--set", "run.max_frames=4000", ranks=3, timeout=240)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    # 2 actor ranks x central.groups 2 x node.n_sim 10.
+    assert "replay memory: 50,000 frames in 40 stream(s)" in first.stdout
     saved = checkpoint.read_arrays(run_dir / "checkpoints" / "replay-rank0.npz")
     assert saved["acted"].shape[0] == 40 and saved["acted"].sum() > 2000
+    # Trained-on transitions carry their own priorities, not all the same one.
+    assert len(np.unique(saved["priorities"][saved["priorities"] > 0])) > 100
     again = ddrl("train", run_dir / "config.toml", "--out", run_dir, "--resume", *sets,
                  "--set", "run.max_frames=6000", ranks=3, timeout=240)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.util
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,7 @@ import pytest
 from conftest import DDRL, JOBS, NO_EVAL, ROOT, ddrl, env_for_tests, table
 
 from ddrl import checkpoint
+from ddrl.errors import DdrlError
 
 
 @contextlib.contextmanager
@@ -219,6 +222,25 @@ def test_a_full_disk_is_one_line_and_keeps_the_log_and_checkpoints(tmp_path):
         saved = sorted((run_dir / "checkpoints").glob("ckpt-*.npz"))
         assert saved and all(checkpoint.load(p).update > 0 for p in saved)
         assert not list((run_dir / "checkpoints").glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("megabytes", [0.3, 2])
+def test_a_checkpoint_that_does_not_fit_fails_cleanly_wherever_the_disk_fills(tmp_path,
+                                                                              megabytes):
+    """The disk (1 MiB) filling in the first array or in the fourth: one error, the temporary
+    file gone, and nothing left to print a traceback when it is collected (np.savez did)."""
+    unraisable = []
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        with tmpfs(tmp_path / "disk", "size=1m") as disk:
+            arrays = {f"a{i}": np.ones(int(megabytes * 2**20) // 8) for i in range(4)}
+            with pytest.raises(DdrlError, match="No space left on device"):
+                checkpoint.write_arrays(disk / "ckpt.npz", arrays)
+            gc.collect()
+            assert list(disk.iterdir()) == []
+    finally:
+        sys.unraisablehook = hook
+    assert unraisable == []
 
 
 def test_a_resume_that_does_not_fit_the_run_names_the_key_and_writes_nothing(run_dir):

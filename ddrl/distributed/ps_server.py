@@ -94,7 +94,7 @@ class ParameterServer:
         set_moments(self._opt, learner.get_moments().slice(lo, hi))
         # Compiled with XLA like Learner.apply: Adam's element-wise passes fuse into one loop.
         self._step = quiet_first_call(tf.function(
-            lambda g: self._opt.apply_gradients([(g, self._var)]), jit_compile=True,
+            lambda g: self._opt.apply_gradients([(g, self._var)]), jit_compile=True, autograph=False,
             input_signature=[tf.TensorSpec((hi - lo,), tf.float32)]))
         self._weights = self._var.numpy()
         if self.index == 0:
