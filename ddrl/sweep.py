@@ -57,10 +57,12 @@ def run(args: argparse.Namespace) -> int:
         cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
                "-n", str(args.ranks), sys.executable, "-m", "ddrl", "train",
                *train_args(job, sets, run_dir)]
-        code = _run_forwarding_signals(cmd)
+        code, asked = _run_forwarding_signals(cmd)
         if code == 0:
             (run_dir / FINISHED).touch()
-        elif code < 0 or code == EXIT_SIGNALLED:
+        elif code < 0 or code == EXIT_SIGNALLED or asked:
+            # `asked`: a signal that reached a rank as its run was ending (after its last
+            # checkpoint) ends it by that signal; the resume then finds the run done.
             print(f"ddrl sweep: stopped during run {task}; the same command resumes it",
                   flush=True)
             return 3
@@ -74,19 +76,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_forwarding_signals(cmd: list[str]) -> int:
-    """The run's exit code. SIGTERM and SIGINT to this process become a SIGUSR1 to mpirun,
-    which hands it to every rank (they checkpoint and stop); Open MPI's own answer to SIGINT
-    or SIGTERM is to kill the ranks. mpirun gets its own session so that a terminal's
-    Ctrl-C reaches it only this way."""
+def _run_forwarding_signals(cmd: list[str]) -> tuple[int, bool]:
+    """The run's exit code, and whether a stop was asked for. SIGTERM and SIGINT to this
+    process become a SIGUSR1 to mpirun, which hands it to every rank (they checkpoint and
+    stop); Open MPI's own answer to SIGINT or SIGTERM is to kill the ranks. mpirun gets its
+    own session so that a terminal's Ctrl-C reaches it only this way."""
     proc = subprocess.Popen(cmd, start_new_session=True)
+    asked = []
 
-    def forward(_signum, _frame):
+    def forward(signum, _frame):
+        asked.append(signum)
         proc.send_signal(signal.SIGUSR1)
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return proc.wait()
+        return proc.wait(), bool(asked)
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)

@@ -13,7 +13,7 @@ from ddrl.sweep import FINISHED
 def test_a_sweep_runs_each_line_resumes_after_a_signal_and_skips_finished_runs(tmp_path):
     sweep = tmp_path / "seeds.sweep"
     sweep.write_text("# two seeds, the second with a longer budget\n"
-                     "run.seed=0\n\nrun.seed=1 run.max_frames=16000  # longer\n")
+                     "run.seed=0\n\nrun.seed=1 run.max_frames=100000  # longer\n")
     out = tmp_path / "runs" / "cp"
     args = ["sweep", JOBS / "cartpole.toml", "--sweep", sweep, "--out", out, "--ranks", "2",
             "--set", "run.max_frames=4000", "--set", "run.log_every=1", *NO_EVAL]
@@ -31,14 +31,14 @@ def test_a_sweep_runs_each_line_resumes_after_a_signal_and_skips_finished_runs(t
     assert not (tmp_path / "runs" / "cp_1" / FINISHED).exists()
     assert "stopped during run 1; the same command resumes it" in first
     stopped_at = table(tmp_path / "runs" / "cp_1", "train")["frames"][-1]
-    assert stopped_at < 16000
+    assert stopped_at < 100000
 
     again = ddrl(*args, timeout=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "run 0 of 2 (run.seed=0): finished already" in again.stdout
     assert "(resuming)" in again.stderr
     train = table(tmp_path / "runs" / "cp_1", "train")
-    assert train["frames"][-1] >= 16000 and table(tmp_path / "runs" / "cp_1", "starts").shape[0] == 2
+    assert train["frames"][-1] >= 100000 and table(tmp_path / "runs" / "cp_1", "starts").shape[0] == 2
     assert (tmp_path / "runs" / "cp_1" / FINISHED).exists()
 
 
