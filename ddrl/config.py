@@ -161,6 +161,16 @@ class DQNConfig:
     # R2D2's value rescaling h(x) = sign(x)(sqrt(|x|+1)-1) + 1e-3 x in the n-step targets:
     # for unclipped rewards (env.clip_rewards = false).
     value_rescale: bool = False
+    # R2D2 (Kapturowski et al. 2019; recurrent > 0: the LSTM's units, R2D2's 512): a recurrent
+    # Q network trained on replayed sequences of `sequence` steps, each after `burn_in` steps
+    # that only refresh the recurrent state stored with it; a simulator starts a sequence
+    # every `sequence_period` steps (R2D2: 80, 40, 40, so sequences overlap by half).
+    recurrent: int = 0
+    sequence: int = 80
+    burn_in: int = 40
+    sequence_period: int = 40
+    # A sequence's priority: eta max + (1 - eta) mean of its steps' |TD errors| (R2D2's 0.9).
+    priority_eta: float = 0.9
 
 
 @dataclass
@@ -300,6 +310,9 @@ _RANGES = {
     "dqn.eps_final": (0.0, 1.0, True), "dqn.eps_steps": (1, None, True),
     "dqn.samplers": (1, 1024, True), "dqn.priority_alpha": (0.0, None, True),
     "dqn.priority_beta": (0.0, 1.0, True), "dqn.atoms": (0, 1001, True),
+    "dqn.recurrent": (0, None, True), "dqn.sequence": (1, None, True),
+    "dqn.burn_in": (0, None, True), "dqn.sequence_period": (1, None, True),
+    "dqn.priority_eta": (0.0, 1.0, True),
     "algo.value_coef": (0.0, None, True),
     "sync.ps": (0, None, True), "sync.aggregate": (0.0, None, False),
     "sync.timeout": (0.0, None, False), "eval.every": (1, None, True),
@@ -394,7 +407,7 @@ def flat_values(cfg: Config) -> dict[str, Any]:
 # What a run's checkpoints are the weights and optimizer state of: a resume that changes one
 # of these cannot load them, or would go on with one game's policy in another game.
 IDENTITY_KEYS = ("env.id", "env.size", "model.arch", "model.fc", "model.hidden", "algo.name",
-                 "dqn.dueling", "dqn.atoms", "optim.optimizer")
+                 "dqn.dueling", "dqn.atoms", "dqn.recurrent", "optim.optimizer")
 
 
 def identity_changes(cfg: Config, saved_toml: str) -> list[str]:
@@ -458,9 +471,12 @@ def validate(cfg: Config) -> None:
 
 def replay_frames_needed(cfg: Config, streams: int) -> int:
     """The smallest replay memory whose `streams` each hold two frame stacks and n-step
-    transitions."""
+    transitions, or two of R2D2's sequences (burn-in, the steps learned, their n-step
+    successors) wherever they start."""
+    a = cfg.dqn
     stack = 4 if cfg.is_atari else 1
-    return streams * (stack + cfg.dqn.n_step + 1) * 2
+    steps = (a.burn_in + a.sequence + a.sequence_period) if a.recurrent else 1
+    return streams * (stack + steps + a.n_step) * 2
 
 
 def _validate_dqn(cfg: Config) -> None:
@@ -488,6 +504,9 @@ def _validate_dqn(cfg: Config) -> None:
         raise DdrlError("config key dqn.value_rescale: rescaling is for Q-values (R2D2), not "
                         "a categorical head's fixed support; set dqn.atoms = 0 or widen "
                         "dqn.v_min / dqn.v_max instead")
+    if a.recurrent and a.atoms > 1:
+        raise DdrlError("config key dqn.atoms: a distributional head is not available with a "
+                        "recurrent Q network (dqn.recurrent > 0) yet")
     if a.replay_frames < replay_frames_needed(cfg, a.samplers):
         raise DdrlError(f"config key dqn.replay_frames: {a.replay_frames} frames cannot hold "
                         f"{a.samplers} samplers' stacks and {a.n_step}-step transitions")

@@ -110,6 +110,15 @@ DOCS = {
     "dqn.v_max": "Categorical DQN: the highest atom",
     "dqn.value_rescale": "R2D2's value rescaling h(x) = sign(x)(sqrt(|x|+1)-1) + 0.001x of the "
                          "n-step targets, for unclipped rewards",
+    "dqn.recurrent": "R2D2: units of the LSTM between the torso and the Q head (0: no LSTM; "
+                     "R2D2: 512); training on replayed sequences",
+    "dqn.sequence": "R2D2: steps of each replayed sequence the loss learns on (R2D2: 80)",
+    "dqn.burn_in": "R2D2: steps before each sequence that only refresh its stored recurrent "
+                   "state (R2D2: 40)",
+    "dqn.sequence_period": "R2D2: a simulator starts a sequence every this many steps (R2D2: "
+                           "40: sequences overlap by half)",
+    "dqn.priority_eta": "R2D2: a sequence's priority, eta max + (1 - eta) mean of its |TD "
+                        "errors|",
     "optim.optimizer": "`adam`, or `rmsprop`: centered RMSProp (decay `beta2`, `eps` under the "
                        "root), as Nature DQN",
     "optim.lr": "learning rate",

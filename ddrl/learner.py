@@ -23,23 +23,31 @@ class Learner:
         self.cfg = cfg
         self.n_actions = n_actions
         self.algo = make_algorithm(cfg)
-        self.model = build_model(cfg.model, obs_shape, n_actions, self.algo.head, self.algo.support)
+        self.recurrent = self.algo.recurrent
+        self.model = self._build(obs_shape)
         self.variables = self.model.trainable_variables
         self.optimizer = make_optimizer(cfg.optim, workers)
         self._base_lr = float(tf.keras.backend.get_value(self.optimizer.learning_rate))
         self.optimizer.build(self.variables)
         self.sizes = [int(np.prod(v.shape)) for v in self.variables]
         self.num_params = sum(self.sizes)
-        obs_spec = tf.TensorSpec((None, *obs_shape), tf.as_dtype(obs_dtype))
-        self._obs_spec = obs_spec
+        dtype = tf.as_dtype(obs_dtype)
+        # A recurrent network infers on sequences (B, T, ...) from a state, one step long when
+        # acting; a minibatch holds sequences of algo.sequence.
+        self._inputs = [tf.TensorSpec((None, *obs_shape), dtype)] if not self.recurrent else [
+            tf.TensorSpec((None, None, *obs_shape), dtype), tf.TensorSpec((None, None), tf.float32),
+            *[tf.TensorSpec((None, self.recurrent), tf.float32)] * 2]
         self._obs_shape = obs_shape
+        seq = (self.algo.sequence,) if self.algo.sequence else ()
         # Traced once here and called as concrete functions: that skips tf.function's dispatch
         # (argument binding, trace-cache lookup), a tenth of a small inference call on 2 cores.
         # autograph=False: no step branches on a tensor, and AutoGraph's rewriting of Keras'
         # Python source took 4 of a small run's 7 s of start-up on every rank.
-        self._predict = tf.function(self._predict_fn, autograph=False).get_concrete_function(obs_spec)
+        self._predict = tf.function(self._predict_fn, autograph=False).get_concrete_function(
+            *self._inputs)
         self._gradients = tf.function(self._gradients_fn, autograph=False).get_concrete_function(
-            obs_spec, tf.TensorSpec((None,), tf.int32),
+            tf.TensorSpec((None, *seq, *obs_shape), dtype),
+            tf.TensorSpec((None, *self.algo.action_shape), tf.int32),
             *[tf.TensorSpec((None, *self.algo.target_shapes.get(f, ())), tf.float32)
               for f in self.algo.fields])
         # XLA fuses Adam's element-wise passes into one loop per variable: about 3x faster
@@ -54,14 +62,19 @@ class Learner:
         # has one (prioritized replay's TD errors); None otherwise.
         self.per_sample: np.ndarray | None = None
 
-    def _predict_fn(self, obs):
-        return self.model(obs, training=False)
+    def _build(self, obs_shape: tuple[int, ...]) -> tf.keras.Model:
+        return build_model(self.cfg.model, obs_shape, self.n_actions, self.algo.head,
+                           self.algo.support, self.recurrent)
+
+    def _predict_fn(self, *inputs):
+        return self.model(list(inputs) if self.recurrent else inputs[0], training=False)
 
     def _gradients_fn(self, obs, actions, *targets):
         o = self.cfg.optim
+        targets = dict(zip(self.algo.fields, targets))
         with tf.GradientTape() as tape:
-            logits, values = self.model(obs, training=True)
-            loss, stats = self.algo.loss(logits, values, actions, dict(zip(self.algo.fields, targets)))
+            logits, values = self.algo.forward(self.model, obs, targets, training=True)
+            loss, stats = self.algo.loss(logits, values, actions, targets)
         grads = tape.gradient(loss, self.variables)
         stats["grad_norm"] = tf.linalg.global_norm(grads)
         if o.clip_per_tensor > 0:
@@ -76,15 +89,15 @@ class Learner:
         grads = [tf.reshape(g, v.shape) for g, v in zip(tf.split(flat, self.sizes), self.variables)]
         self.optimizer.apply_gradients(zip(grads, self.variables))
 
-    def predict(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        logits, values = self._predict(obs)
-        return logits.numpy(), values.numpy()
+    def predict(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The network's two outputs on observations; a recurrent network's four (Q, max_a Q,
+        h, c) on (observations (B, T, ...), game starts (B, T), h, c)."""
+        return tuple(out.numpy() for out in self._predict(*inputs))
 
     def frozen_copy(self) -> "FrozenNetwork":
         """A copy of the network that only infers, with today's weights (DQN's target network)."""
-        copy = FrozenNetwork(build_model(self.cfg.model, self._obs_shape, self.n_actions,
-                                         self.algo.head, self.algo.support),
-                             self._obs_spec, self.sizes)
+        copy = FrozenNetwork(self._build(self._obs_shape), self._inputs, self.recurrent,
+                             self.sizes)
         copy.load(self.get_weights())
         return copy
 
@@ -150,18 +163,65 @@ class FrozenNetwork:
     """Inference on weights of its own, replaced only by `load`: other threads may infer with
     it while the learner's weights change."""
 
-    def __init__(self, model: tf.keras.Model, obs_spec: tf.TensorSpec, sizes: list[int]):
+    def __init__(self, model: tf.keras.Model, inputs: list[tf.TensorSpec], recurrent: int,
+                 sizes: list[int]):
         self._variables = model.trainable_variables
         self._sizes = sizes
-        self._predict = tf.function(lambda obs: model(obs, training=False),
-                                    autograph=False).get_concrete_function(obs_spec)
+        self._predict = tf.function(
+            lambda *x: model(list(x) if recurrent else x[0], training=False),
+            autograph=False).get_concrete_function(*inputs)
 
     def load(self, flat: np.ndarray) -> None:
         assign_flat(self._variables, self._sizes, flat)
 
-    def predict(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        first, second = self._predict(obs)
-        return first.numpy(), second.numpy()
+    def predict(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+        """As `Learner.predict`."""
+        return tuple(out.numpy() for out in self._predict(*inputs))
+
+
+class RecurrentState:
+    """Each simulator's recurrent state while it acts, zeroed where a new game starts; for a
+    feed-forward network (units 0) a plain call of `predict`. `rows` pick the simulators a
+    call is about (all by default): central mode's batches hold some of them."""
+
+    def __init__(self, simulators: int, units: int):
+        self.units = units
+        self.h = np.zeros((simulators, units), np.float32)
+        self.c = np.zeros((simulators, units), np.float32)
+
+    def state(self, rows=slice(None)) -> np.ndarray:
+        """(rows, 2, units): what their next step is acted on, stored with R2D2's sequences."""
+        return np.stack([self.h[rows], self.c[rows]], 1)
+
+    def reset(self, starts: np.ndarray | None, rows=slice(None)) -> None:
+        """Zeroes the state of the simulators whose observation begins a new game."""
+        if self.units and starts is not None and starts.any():
+            which = np.arange(len(self.h))[rows][starts]
+            self.h[which] = 0.0
+            self.c[which] = 0.0
+
+    def step(self, predict, obs: np.ndarray, starts: np.ndarray | None = None,
+             rows=slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        """The network's two outputs on one observation per simulator, each state carried
+        on; `starts` marks observations that begin a new game."""
+        if not self.units:
+            return predict(obs)
+        self.reset(starts, rows)
+        q, q_max, self.h[rows], self.c[rows] = _one_step(predict, obs, self.h[rows],
+                                                         self.c[rows])
+        return q, q_max
+
+    def peek(self, predict, obs: np.ndarray, rows=slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        """The outputs on observations that continue simulators `rows`, states unchanged (a
+        game cut by the frame cap: the value of its last observation)."""
+        if not self.units:
+            return predict(obs)
+        return _one_step(predict, obs, self.h[rows], self.c[rows])[:2]
+
+
+def _one_step(predict, obs: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, ...]:
+    q, q_max, h, c = predict(obs[:, None], np.zeros((len(obs), 1), np.float32), h, c)
+    return q[:, 0], q_max[:, 0], h, c
 
 
 def sample_actions(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -28,54 +28,107 @@ CONV_STACKS = {
 FC_WIDTH = {"nature": 512, "a3c": 256}
 
 
+class ResettingLSTMCell(L.Layer):
+    """An LSTM cell whose input's last feature is 1 at the first step of a new game: the state
+    is zeroed before that step, so a sequence that crosses a game's end (R2D2's replayed
+    sequences) does not carry one game's memory into the next."""
+
+    def __init__(self, units: int, **kwargs):
+        super().__init__(**kwargs)
+        self.cell = L.LSTMCell(units)
+        self.state_size = self.cell.state_size
+        self.output_size = units
+
+    def build(self, input_shape):
+        self.cell.build((*input_shape[:-1], input_shape[-1] - 1))
+        super().build(input_shape)
+
+    def call(self, inputs, states):
+        keep = 1.0 - inputs[:, -1:]
+        return self.cell(inputs[:, :-1], [s * keep for s in states])
+
+
 def build_model(cfg: ModelConfig, obs_shape: tuple[int, ...], n_actions: int,
-                head: str = "actor_critic", support: np.ndarray | None = None) -> tf.keras.Model:
+                head: str = "actor_critic", support: np.ndarray | None = None,
+                recurrent: int = 0) -> tf.keras.Model:
     """Outputs two float32 tensors whatever the compute precision: (policy logits, value) with
     the actor-critic head; (Q-values, max_a Q) with a Q head ("q", or "dueling": V + A - mean A);
     (Q-values, log-probabilities (B, A, atoms)) with a categorical one ("q_categorical",
     "dueling_categorical": a distribution over the atoms of `support` per action, Q its mean).
-    The greedy action is the argmax of the first output for every head."""
+    The greedy action is the argmax of the first output for every head.
+
+    `recurrent` > 0 (a Q head; R2D2): an LSTM of that many units between the torso and the
+    head, over sequences. Inputs (observations (B, T, ...), game starts (B, T), h (B, units),
+    c (B, units)); outputs (Q (B, T, A), max_a Q (B, T), h, c) after the last step."""
     tf.keras.mixed_precision.set_global_policy(
         "mixed_bfloat16" if cfg.precision == "bfloat16" else "float32")
-    if cfg.arch == "mlp":
-        inputs = L.Input(obs_shape, dtype=tf.float32)
-        x = inputs
-        for width in cfg.hidden:
-            x = L.Dense(width, activation="tanh")(x)
-    else:
-        inputs = L.Input(obs_shape, dtype=tf.uint8)
-        # ale-py stacks frames channels-first; TF's CPU convolutions want channels-last.
-        # Transposed while still uint8: a quarter of the memory traffic of float32.
-        x = L.Rescaling(1.0 / 255)(L.Permute((2, 3, 1))(inputs))
-        for filters, kernel, stride, pool in CONV_STACKS[cfg.arch]:
-            x = L.Conv2D(filters, kernel, stride, padding="valid", activation="relu",
-                         kernel_initializer=_orthogonal(HIDDEN_INIT))(x)
-            if pool:
-                x = L.MaxPooling2D(2)(x)
-        x = L.Flatten()(x)
-        x = L.Dense(cfg.fc if cfg.arch == "ddrl" else FC_WIDTH[cfg.arch], activation="relu",
-                    kernel_initializer=_orthogonal(HIDDEN_INIT))(x)
-    # Image nets: a small policy head starts the policy uniform, whatever the features. The
-    # MLP keeps Keras' defaults, on which the CartPole checks and figures were measured.
-    image = cfg.arch != "mlp"
+    inputs, x = _torso(cfg, obs_shape)
+    if recurrent:
+        torso = tf.keras.Model(inputs, x, name=f"{cfg.arch}-torso")
+        obs = L.Input((None, *obs_shape), dtype=inputs.dtype)
+        starts = L.Input((None,), dtype=tf.float32)
+        h, c = L.Input((recurrent,)), L.Input((recurrent,))
+        x = L.Concatenate()([tf.cast(L.TimeDistributed(torso)(obs), tf.float32),
+                             starts[..., None]])
+        x, h_out, c_out = L.RNN(ResettingLSTMCell(recurrent), return_sequences=True,
+                                return_state=True)(x, initial_state=[h, c])
+        q = _q_head(x, n_actions, None, head.startswith("dueling"))
+        return tf.keras.Model([obs, starts, h, c], [q, tf.reduce_max(q, axis=-1), h_out, c_out],
+                              name=f"{cfg.arch}-{head}-lstm")
     if head != "actor_critic":
-        # (B, actions), or (B, actions, atoms) with a support.
-        shape = (n_actions,) if support is None else (n_actions, len(support))
-        q = L.Reshape(shape)(L.Dense(int(np.prod(shape)), dtype="float32", name="q")(x))
-        if head.startswith("dueling"):
-            value = L.Dense(int(np.prod(shape[1:])), dtype="float32", name="state_value")(x)
-            value = L.Reshape((1, *shape[1:]))(value)
-            q = value + q - tf.reduce_mean(q, axis=1, keepdims=True)
+        q = _q_head(x, n_actions, support, head.startswith("dueling"))
         if support is None:
             return tf.keras.Model(inputs, [q, tf.reduce_max(q, axis=-1)], name=f"{cfg.arch}-{head}")
         log_p = tf.nn.log_softmax(q, axis=-1)
         mean = tf.reduce_sum(tf.exp(log_p) * tf.constant(support, tf.float32), axis=-1)
         return tf.keras.Model(inputs, [mean, log_p], name=f"{cfg.arch}-{head}")
+    # Image nets: a small policy head starts the policy uniform, whatever the features. The
+    # MLP keeps Keras' defaults, on which the CartPole checks and figures were measured.
+    image = cfg.arch != "mlp"
     logits = L.Dense(n_actions, dtype="float32", name="policy",
                      kernel_initializer=_orthogonal(0.01) if image else "glorot_uniform")(x)
     value = L.Dense(1, dtype="float32", name="value",
                     kernel_initializer=_orthogonal(1.0) if image else "glorot_uniform")(x)
     return tf.keras.Model(inputs, [logits, tf.squeeze(value, -1)], name=cfg.arch)
+
+
+def _torso(cfg: ModelConfig, obs_shape: tuple[int, ...]) -> tuple[tf.Tensor, tf.Tensor]:
+    """The observation input and the features every head starts from."""
+    if cfg.arch == "mlp":
+        inputs = L.Input(obs_shape, dtype=tf.float32)
+        x = inputs
+        for width in cfg.hidden:
+            x = L.Dense(width, activation="tanh")(x)
+        return inputs, x
+    inputs = L.Input(obs_shape, dtype=tf.uint8)
+    # ale-py stacks frames channels-first; TF's CPU convolutions want channels-last.
+    # Transposed while still uint8: a quarter of the memory traffic of float32.
+    x = L.Rescaling(1.0 / 255)(L.Permute((2, 3, 1))(inputs))
+    for filters, kernel, stride, pool in CONV_STACKS[cfg.arch]:
+        x = L.Conv2D(filters, kernel, stride, padding="valid", activation="relu",
+                     kernel_initializer=_orthogonal(HIDDEN_INIT))(x)
+        if pool:
+            x = L.MaxPooling2D(2)(x)
+    x = L.Flatten()(x)
+    x = L.Dense(cfg.fc if cfg.arch == "ddrl" else FC_WIDTH[cfg.arch], activation="relu",
+                kernel_initializer=_orthogonal(HIDDEN_INIT))(x)
+    return inputs, x
+
+
+def _q_head(x: tf.Tensor, n_actions: int, support: np.ndarray | None, dueling: bool) -> tf.Tensor:
+    """Q-values (..., actions) over features (..., width), one data point or a sequence; with
+    a support, unnormalised log-probabilities (B, actions, atoms)."""
+    atoms = () if support is None else (len(support),)
+    q = L.Dense(n_actions * int(np.prod(atoms)), dtype="float32", name="q")(x)
+    if atoms:
+        q = L.Reshape((n_actions, *atoms))(q)
+    if dueling:
+        value = L.Dense(int(np.prod(atoms)), dtype="float32", name="state_value")(x)
+        if atoms:
+            value = L.Reshape((1, *atoms))(value)
+        # The action axis: last for Q-values, before the atoms for distributions.
+        q = value + q - tf.reduce_mean(q, axis=-1 - len(atoms), keepdims=True)
+    return q
 
 
 def forward_flops(model: tf.keras.Model) -> int:

@@ -16,7 +16,7 @@ from ddrl.acting.ba3c import BA3CActors
 from ddrl.acting.dqn import DQNActors, Experience, Predict, epsilon_greedy
 from ddrl.config import Config, replay_frames_needed
 from ddrl.errors import DdrlError
-from ddrl.learner import Learner
+from ddrl.learner import Learner, RecurrentState
 
 # `distributed/central.py: RemotePool`, a floor above this one: handed in, never imported.
 RemotePool = Any
@@ -55,6 +55,10 @@ class RemoteSamplers:
         self.first = (np.zeros(0, np.int64), np.zeros((0, *self.obs_shape), self.obs_dtype))
         self._begun = np.zeros(self.size, bool)
         self._actions = np.zeros(self.size, np.int32)
+        # R2D2: each remote simulator's recurrent state lives here, where it is inferred for,
+        # and the state its last action was chosen with, stored with the step it leads to.
+        self._state = RecurrentState(self.size, node.learner.recurrent)
+        self._acted_on = self._state.state()
         self._rng = node.rng("explore")
         self.stopped = threading.Event()
 
@@ -75,13 +79,20 @@ class RemoteSamplers:
                 self._begun[ids[new]] = True
             known = ~new
             if known.any():
-                reward = self._node.bootstrap_truncated(step, predict)
+                reward = self._node.bootstrap_truncated(step, predict, self._state,
+                                                        ids[step.truncated])
                 out.steps.append((ids[known], self._actions[ids[known]], reward[known],
                                   step.done[known], np.full(int(known.sum()), acted_at),
-                                  step.obs[known]))
+                                  step.obs[known],
+                                  *((self._acted_on[ids[known]],) if self._state.units else ())))
                 out.frames += int(known.sum()) * self._pool.frames_per_step
             out.episodes += step.episodes
-            actions = epsilon_greedy(self._rng, step.obs, self.n_actions, predict, eps)
+            self._state.reset(step.done | new, ids)
+            self._acted_on[ids] = self._state.state(ids)
+            actions = epsilon_greedy(
+                self._rng, step.obs, self.n_actions,
+                predict and (lambda o, rows=ids: self._state.step(predict, o, rows=rows)), eps,
+                infer_all=bool(self._state.units))
             self._actions[ids] = actions
             self._pool.send(actions)
             # Waiting for the actors is their simulation time as this node sees it.

@@ -22,6 +22,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -31,12 +32,13 @@ from ddrl import checkpoint
 from ddrl.acting.base import Actors
 from ddrl.acting.prioritized import PrioritizedReplay
 from ddrl.acting.replay import ReplayMemory
+from ddrl.acting.sequences import PrioritizedSequences, SequenceReplay
 from ddrl.algos.batch import Batch
 from ddrl.algos.dqn import epsilon
 from ddrl.config import Config
 from ddrl.envs import SimPool
 from ddrl.errors import DdrlError
-from ddrl.learner import Learner
+from ddrl.learner import Learner, RecurrentState
 from ddrl.output import PhaseProgress, say
 
 Predict = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -44,13 +46,16 @@ PREPOPULATE_CHUNK = 256
 
 
 def epsilon_greedy(rng: np.random.Generator, obs: np.ndarray, n_actions: int,
-                   predict: Predict | None, eps: float) -> np.ndarray:
+                   predict: Predict | None, eps: float, infer_all: bool = False) -> np.ndarray:
     """An action per observation: uniformly random with probability `eps` (always where
-    `predict` is None), else the argmax of the first output; only the greedy rows infer."""
+    `predict` is None), else the argmax of the first output; only the greedy rows infer,
+    unless `infer_all` (a recurrent network's state follows every observation)."""
     actions = rng.integers(0, n_actions, len(obs)).astype(np.int32)
     if predict is not None:
         greedy = rng.random(len(obs)) >= eps
-        if greedy.any():
+        if infer_all:
+            actions[greedy] = predict(obs)[0][greedy].argmax(-1)
+        elif greedy.any():
             actions[greedy] = predict(obs[greedy])[0].argmax(-1)
     return actions
 
@@ -99,10 +104,14 @@ class Samplers:
         # Set when the node closes: a sampler thread mid-period stops within a round instead
         # of playing out the period (minutes at Table 5's 10,000 steps).
         self.stopped = threading.Event()
+        # R2D2: each simulator's recurrent state, carried across `collect` calls.
+        recurrent = node.learner.recurrent
+        self._states = [RecurrentState(p.num_envs, recurrent) for p in self._pools]
         self.n_actions = self._pools[0].n_actions
         self.obs_shape = self._pools[0].obs_shape
         self.obs_dtype = self._pools[0].backend.obs_dtype
         self._obs: list[np.ndarray] = []
+        self._starts: list[np.ndarray | None] = [None] * len(self._pools)
         first = []
         for j, pool in enumerate(self._pools):
             step = pool.recv()
@@ -126,28 +135,34 @@ class Samplers:
     def _collect(self, j: int, rounds: int, predict: Predict | None, eps: float,
                  acted_at: int) -> Experience:
         pool: SimPool = self._pools[j]
-        rng, out = self._rngs[j], Experience()
-        obs = self._obs[j]
+        rng, out, state = self._rngs[j], Experience(), self._states[j]
+        obs, starts = self._obs[j], self._starts[j]
         for _ in range(rounds):
             if self.stopped.is_set():
                 break
             t0 = time.perf_counter()
-            actions = epsilon_greedy(rng, obs, self.n_actions, predict, eps)
+            state.reset(starts)
+            acted_on = state.state()
+            actions = epsilon_greedy(
+                rng, obs, self.n_actions,
+                predict and (lambda o, predict=predict: state.step(predict, o)), eps,
+                infer_all=bool(state.units))
             t1 = time.perf_counter()
             pool.send(actions)
             step = pool.recv()
             t2 = time.perf_counter()
             order = np.argsort(step.env_ids, kind="stable")
             step.reorder(order)
-            reward = self._node.bootstrap_truncated(step, predict)
+            reward = self._node.bootstrap_truncated(step, predict, state, step.truncated)
             out.steps.append((self._offsets[j] + step.env_ids, actions, reward, step.done,
-                              np.full(len(actions), acted_at), step.obs))
+                              np.full(len(actions), acted_at), step.obs,
+                              *((acted_on,) if state.units else ())))
             out.episodes += step.episodes
             out.frames += len(actions) * pool.frames_per_step
-            obs = step.obs
+            obs, starts = step.obs, step.done
             out.t_predict += t1 - t0 + time.perf_counter() - t2
             out.t_sim += t2 - t1
-        self._obs[j] = obs
+        self._obs[j], self._starts[j] = obs, starts
         return out
 
     def close(self) -> None:
@@ -186,15 +201,23 @@ class DQNActors(Actors):
         self.samplers = samplers(self)
         shape = (a.replay_frames, self.samplers.size, self.samplers.obs_shape,
                  self.samplers.obs_dtype, cfg.is_atari)
-        self.memory = (PrioritizedReplay(*shape, a.n_step, a.priority_alpha, a.priority_beta)
-                       if a.prioritized else ReplayMemory(*shape))
+        if a.recurrent:
+            sequences = (*shape, a.recurrent, a.sequence_period, learner.algo.sequence + a.n_step)
+            self.memory = (PrioritizedSequences(*sequences, a.priority_alpha, a.priority_beta)
+                           if a.prioritized else SequenceReplay(*sequences))
+        elif a.prioritized:
+            self.memory = PrioritizedReplay(*shape, a.n_step, a.priority_alpha, a.priority_beta)
+        else:
+            self.memory = ReplayMemory(*shape)
         # Where the last minibatch came from: its priorities follow its gradient.
         self._sampled: np.ndarray | None = None
         self._restored = False
         if rank == 0:
             # np.zeros reserves the pages; they are touched (and resident) as the memory fills.
+            sequences = (f", sequences of {a.burn_in} burn-in + {a.sequence} + {a.n_step} steps "
+                         f"every {a.sequence_period}" if a.recurrent else "")
             say(f"[ddrl] replay memory: {a.replay_frames:,} frames in {self.samplers.size} "
-                f"stream(s), {self.memory.nbytes / 2**30:.2f} GiB per rank when full")
+                f"stream(s){sequences}, {self.memory.nbytes / 2**30:.2f} GiB per rank when full")
         self.target = learner.frozen_copy()
         self._rng = self.rng("replay")
         # Agent steps taken and not yet paid for by a minibatch (standard mode), and the
@@ -229,7 +252,9 @@ class DQNActors(Actors):
         missing = max(a.prepopulate, self.cfg.node.batch_size) - self.memory.transitions
         if self._restored and missing <= 0:
             return
-        rounds = max(math.ceil(missing / self.samplers.size), a.n_step + 1)
+        # Every stream a transition with its n successors, or a whole sequence.
+        span = self.memory.span if isinstance(self.memory, SequenceReplay) else a.n_step + 1
+        rounds = max(math.ceil(missing / self.samplers.size), span)
         progress = PhaseProgress(f"rank {self.rank} prepopulating the replay memory",
                                  rounds * self.samplers.size, "transitions",
                                  self.cfg.run.progress_seconds if self.rank == 0 else 0)
@@ -285,17 +310,21 @@ class DQNActors(Actors):
     def _store(self, exp: Experience) -> None:
         for streams, obs in exp.begins:
             self.memory.begin(streams, obs)
-        for streams, actions, rewards, dones, acted_at, next_obs in exp.steps:
-            self.memory.add(streams, actions, rewards, dones, acted_at, next_obs)
+        for step in exp.steps:
+            self.memory.add(*step)
         self.record(exp.frames, exp.episodes)
         with self._lock:
             self.t_sim += exp.t_sim
             self.t_predict += exp.t_predict
 
-    def bootstrap_truncated(self, step, predict=None) -> np.ndarray:
+    def bootstrap_truncated(self, step, predict=None, state: RecurrentState | None = None,
+                            rows=None) -> np.ndarray:
         """With max_a Q in reward units: a rescaled Q's h^-1, and never a categorical head's
-        second output (its distribution)."""
+        second output (its distribution). A recurrent network values the cut games' last
+        observations from the states of their simulators (`rows` of `state`)."""
         predict = predict or self.learner.predict
+        if state is not None:
+            predict = partial(state.peek, predict, rows=rows)
         value = self.learner.algo.state_value
         return super().bootstrap_truncated(step, lambda obs: (None, value(predict(obs)[0])))
 
@@ -303,7 +332,7 @@ class DQNActors(Actors):
         return epsilon(self.cfg, self.update * self.cfg.dqn.train_period)
 
     def next_batch(self) -> Batch:
-        if isinstance(self.memory, PrioritizedReplay):
+        if self.cfg.dqn.prioritized:
             # Before anything enters the memory: the sampled slots still hold what was sampled.
             if self._sampled is not None and self.learner.per_sample is not None:
                 self.memory.update(self._sampled, self.learner.per_sample)
@@ -343,6 +372,8 @@ class DQNActors(Actors):
 
     def _minibatch(self) -> Batch:
         a = self.cfg.dqn
+        if a.recurrent:
+            return self._sequences()
         t0 = time.perf_counter()
         t = self.memory.sample(self.cfg.node.batch_size, a.n_step, self._rng)
         target_out = self.target.predict(t.next_obs)
@@ -352,6 +383,24 @@ class DQNActors(Actors):
         with self._lock:
             self.t_predict += time.perf_counter() - t0
         return Batch(t.obs, t.actions, t.acted_at, {**targets, "weights": t.weights})
+
+    def _sequences(self) -> Batch:
+        """R2D2's minibatch: both networks unrolled over each sequence from its stored state
+        for the targets; the learner gets the burn-in and learned steps."""
+        a, algo = self.cfg.dqn, self.learner.algo
+        t0 = time.perf_counter()
+        t = self.memory.sample(self.cfg.node.batch_size, a.n_step, self._rng)
+        inputs = (t.obs, t.starts, t.state[:, 0], t.state[:, 1])
+        q_target = self.target.predict(*inputs)[0]
+        q_online = self.learner.predict(*inputs)[0] if a.double else q_target
+        targets = algo.sequence_targets(t.rewards, t.dones, q_target, q_online)
+        self._sampled = t.index
+        with self._lock:
+            self.t_predict += time.perf_counter() - t0
+        steps = algo.sequence
+        return Batch(t.obs[:, :steps], t.actions[:, a.burn_in:steps], t.acted_at,
+                     {**targets, "weights": t.weights, "starts": t.starts[:, :steps],
+                      "state": t.state})
 
     def close(self) -> None:
         self.samplers.stopped.set()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from ddrl.algos.base import approx_kl, policy_terms
+from ddrl.algos.base import OneStep, approx_kl, policy_terms
 from ddrl.algos.batch import Batch, Rollout
 from ddrl.config import Config
 
@@ -47,7 +47,7 @@ def clip_by_average_norm(grad: tf.Tensor, clip: float) -> tf.Tensor:
     return grad * clip / tf.maximum(avg_norm, clip)
 
 
-class A2C:
+class A2C(OneStep):
     """One gradient step per batch, on n-step returns; the advantage uses the current critic."""
 
     name = "a2c"

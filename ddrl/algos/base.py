@@ -32,6 +32,18 @@ class Algorithm(Protocol):
     # The atoms of a categorical head's distribution; None for every other head.
     support: np.ndarray | None
 
+    # Observations per data point: 0 for one, T for a sequence of T (B, T, ...), whose
+    # actions are `action_shape` per data point ((T,) of them; () for one).
+    sequence: int
+    action_shape: tuple[int, ...]
+    # The LSTM's units of a recurrent network (R2D2); 0 for a feed-forward one.
+    recurrent: int
+
+    def forward(self, model, obs: tf.Tensor, targets: dict[str, tf.Tensor], training: bool
+                ) -> tuple[tf.Tensor, tf.Tensor]:
+        """The network's two outputs on a minibatch's observations (a recurrent network:
+        unrolled from the state the targets carry)."""
+
     def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
         """Per-step (T, N) targets of one rollout (the actor-critic algorithms; DQN's come
         from replayed transitions, `DQN.replay_targets`)."""
@@ -44,6 +56,17 @@ class Algorithm(Protocol):
 
     def minibatches(self, batch: Batch, rng: np.random.Generator) -> list[Batch]:
         """The gradient steps one rollout makes, in order."""
+
+
+class OneStep:
+    """What every algorithm whose data points are single observations shares."""
+
+    sequence = 0
+    action_shape: tuple[int, ...] = ()
+    recurrent = 0
+
+    def forward(self, model, obs, targets, training: bool):
+        return model(obs, training=training)
 
 
 def policy_terms(logits: tf.Tensor, actions: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from ddrl.algos.base import approx_kl, policy_terms
+from ddrl.algos.base import OneStep, approx_kl, policy_terms
 from ddrl.algos.batch import Batch, Rollout
 from ddrl.config import Config
 
@@ -54,7 +54,7 @@ def ppo_loss(logits: tf.Tensor, values: tf.Tensor, actions: tf.Tensor,
                   "entropy": entropy, "approx_kl": approx_kl(log_ratio), "clip_frac": clip_frac}
 
 
-class PPO:
+class PPO(OneStep):
     name = "ppo"
     fields = ("returns", "advantages", "logp", "values")
     off_policy = False

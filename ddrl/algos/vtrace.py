@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ddrl.algos.actor_critic import actor_critic_loss
+from ddrl.algos.base import OneStep
 from ddrl.algos.batch import Rollout
 from ddrl.algos.ppo import PPO
 from ddrl.config import Config
@@ -47,7 +48,7 @@ def _vtrace(cfg: Config, r: Rollout) -> tuple[np.ndarray, np.ndarray, np.ndarray
                   cfg.algo.rho_clip, cfg.algo.c_clip)
 
 
-class VTrace:
+class VTrace(OneStep):
     """One gradient step per batch: the policy gradient weighs rho_s (q_s - V(x_s)), the
     critic regresses on v_s. Its `approx_kl` is how far the learner's policy has moved from
     the acting one on the batch: the policy lag in the policy's own terms. (The share of

@@ -9,6 +9,7 @@ import numpy as np
 
 from ddrl.config import Config
 from ddrl.envs import make_pool
+from ddrl.learner import RecurrentState
 from ddrl.seeding import derive_seed
 
 MAX_EVAL_SIMS = 16
@@ -22,10 +23,10 @@ class EvalResult:
     episodes: int
 
 
-def eval_actions(cfg: Config, learner, obs: np.ndarray, n_actions: int,
+def eval_actions(cfg: Config, logits: np.ndarray, n_actions: int,
                  rng: np.random.Generator) -> np.ndarray:
-    """The evaluated policy's actions: greedy, or epsilon-greedy with `eval.epsilon`."""
-    logits, _ = learner.predict(obs)
+    """The evaluated policy's actions from the network's first output (logits or Q-values):
+    greedy, or epsilon-greedy with `eval.epsilon`."""
     actions = np.argmax(logits, axis=-1).astype(np.int32)
     if cfg.eval.epsilon > 0:
         # DQN's evaluation convention: a greedy policy that waits for a FIRE it never
@@ -43,13 +44,15 @@ def evaluate(cfg: Config, learner, episodes: int, seed: int,
     quota = np.array([len(part) for part in np.array_split(np.arange(episodes), n)])
     pool = make_pool(cfg, n, seed, train=False)
     rng = np.random.default_rng(seed)
+    state = RecurrentState(n, learner.recurrent)
     returns: list[float] = []
     try:
         while quota.any():
             if stop is not None and stop.is_set():
                 return None
             step = pool.recv()
-            pool.send(eval_actions(cfg, learner, step.obs, pool.n_actions, rng))
+            logits, _ = state.step(learner.predict, step.obs, step.done)
+            pool.send(eval_actions(cfg, logits, pool.n_actions, rng))
             for env, ret, _ in step.episodes:
                 if quota[env] > 0:
                     quota[env] -= 1

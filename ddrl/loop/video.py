@@ -10,6 +10,7 @@ import numpy as np
 from ddrl.config import Config
 from ddrl.envs import make_pool
 from ddrl.errors import DdrlError
+from ddrl.learner import RecurrentState
 from ddrl.loop.evaluator import eval_actions
 
 SCALE = 3
@@ -34,6 +35,7 @@ def record(cfg: Config, learner, path: Path, games: int, seed: int) -> list[floa
 
     pool = make_pool(cfg, 1, seed, train=False)
     rng = np.random.default_rng(seed)
+    state = RecurrentState(1, learner.recurrent)
     frames: list[Image.Image] = []
     returns: list[float] = []
     score = 0.0
@@ -49,7 +51,8 @@ def record(cfg: Config, learner, path: Path, games: int, seed: int) -> list[floa
             for _, ret, _ in step.episodes:
                 returns.append(ret)
                 score = 0.0
-            pool.send(eval_actions(cfg, learner, step.obs, pool.n_actions, rng))
+            logits, _ = state.step(learner.predict, step.obs, step.done)
+            pool.send(eval_actions(cfg, logits, pool.n_actions, rng))
     finally:
         pool.close()
     try:

@@ -29,6 +29,8 @@ class Network:
 
 
 class Learner(Network):
+    recurrent = 0
+
     def __init__(self, cfg):
         super().__init__()
         self.algo = make_algorithm(cfg)

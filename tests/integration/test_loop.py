@@ -32,6 +32,8 @@ FRAMES_PER_BATCH = 16
 class FakeLearner:
     """Plain SGD on a vector; `gradients` hands out what `grads(update)` says."""
 
+    recurrent = 0
+
     def __init__(self, grads=lambda update: np.ones(PARAMS, np.float32)):
         self.weights = np.zeros(PARAMS, np.float32)
         self.applied = 0
