@@ -182,6 +182,10 @@ class SyncConfig:
     # Python keyword, so the TOML key `async` maps onto this field.
     async_: bool = False
     timeout: float = 300.0
+    # The start-up's collectives wait at least this long: ranks that import TensorFlow
+    # seconds apart on a busy node (or minutes apart from a slow shared file system) are no
+    # fault.
+    startup_timeout: float = 60.0
 
 
 @dataclass
@@ -315,7 +319,8 @@ _RANGES = {
     "dqn.priority_eta": (0.0, 1.0, True),
     "algo.value_coef": (0.0, None, True),
     "sync.ps": (0, None, True), "sync.aggregate": (0.0, None, False),
-    "sync.timeout": (0.0, None, False), "eval.every": (1, None, True),
+    "sync.timeout": (0.0, None, False), "sync.startup_timeout": (0.0, None, False),
+    "eval.every": (1, None, True),
     "eval.episodes": (0, None, True), "eval.epsilon": (0.0, 1.0, True),
     "debug.slow_factor": (1.0, None, True),
     "central.groups": (1, 64, True), "central.batch": (0, None, True),

@@ -141,6 +141,8 @@ DOCS = {
     "sync.async": "ps mode: apply every gradient as it arrives",
     "sync.timeout": "seconds a rank waits for the others before it takes them as frozen or "
                     "lost: all-reduce mode ends the job (exit 4), ps mode leaves the worker out",
+    "sync.startup_timeout": "seconds the start-up's collectives wait at least (the larger of "
+                            "this and `sync.timeout`): ranks reach them as their imports end",
     "central.groups": "groups of `node.n_sim` simulators per actor rank, each with one step in "
                       "flight: while one waits for its actions the others step",
     "central.batch": "observations per inference batch on the learner (0: all actor "

@@ -93,13 +93,15 @@ def _startup_watchdog(cfg: Config, world) -> contextlib.AbstractContextManager:
     """A deadline for the start-up's collectives (run directory, counters, initial weights): a
     rank frozen or lost before one would hold the others in a blocking MPI call, spinning a
     core, forever. Ranks that reach one seconds apart (TensorFlow's import on a busy node)
-    are no fault: at least 60 s."""
+    are no fault: at least sync.startup_timeout."""
     if world.comm is None or world.size == 1:
         return contextlib.nullcontext()
     from ddrl.distributed.waiting import collective_watchdog
 
-    return collective_watchdog(world, max(cfg.sync.timeout, 60.0), lambda: "a start-up collective",
-                               limit="sync.timeout, at least 60 s at start-up")
+    floor = cfg.sync.startup_timeout
+    return collective_watchdog(world, max(cfg.sync.timeout, floor), lambda: "a start-up collective",
+                               limit=f"sync.timeout, at least sync.startup_timeout = {floor:g} s "
+                                     "at start-up")
 
 
 def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None,
