@@ -87,8 +87,9 @@ class RemoteSamplers:
                                   *((self._acted_on[ids[known]],) if self._state.units else ())))
                 out.frames += int(known.sum()) * self._pool.frames_per_step
             out.episodes += step.episodes
-            self._state.reset(step.done | new, ids)
-            self._acted_on[ids] = self._state.state(ids)
+            if self._state.units:
+                self._state.reset(step.done | new, ids)
+                self._acted_on[ids] = self._state.state(ids)
             actions = epsilon_greedy(
                 self._rng, step.obs, self.n_actions,
                 predict and (lambda o, rows=ids: self._state.step(predict, o, rows=rows)), eps,

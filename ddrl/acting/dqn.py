@@ -142,7 +142,7 @@ class Samplers:
                 break
             t0 = time.perf_counter()
             state.reset(starts)
-            acted_on = state.state()
+            acted_on = state.state() if state.units else None
             actions = epsilon_greedy(
                 rng, obs, self.n_actions,
                 predict and (lambda o, predict=predict: state.step(predict, o)), eps,
@@ -252,9 +252,7 @@ class DQNActors(Actors):
         missing = max(a.prepopulate, self.cfg.node.batch_size) - self.memory.transitions
         if self._restored and missing <= 0:
             return
-        # Every stream a transition with its n successors, or a whole sequence.
-        span = self.memory.span if isinstance(self.memory, SequenceReplay) else a.n_step + 1
-        rounds = max(math.ceil(missing / self.samplers.size), span)
+        rounds = max(math.ceil(missing / self.samplers.size), self.memory.steps_needed(a.n_step))
         progress = PhaseProgress(f"rank {self.rank} prepopulating the replay memory",
                                  rounds * self.samplers.size, "transitions",
                                  self.cfg.run.progress_seconds if self.rank == 0 else 0)

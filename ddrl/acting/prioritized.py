@@ -71,16 +71,49 @@ class SumTree:
         return node - self.leaves
 
 
-class PrioritizedReplay(ReplayMemory):
+class Priorities:
+    """What proportional prioritization is whatever it draws (transitions, sequences):
+    priority^alpha from |error| + eps, the largest priority seen for what is new (saved with
+    the memory), importance weights whose exponent beta is annealed to 1. Mixed in before a
+    replay memory."""
+
+    def __init__(self, alpha: float, beta: float):
+        """`beta`: the importance-weight exponent at the start, annealed by `anneal`."""
+        self.alpha, self.beta0, self.beta = alpha, beta, beta
+        self.max_priority = 1.0
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {**super().state(), "max_priority": np.float64(self.max_priority)}
+
+    def restore(self, arrays: dict[str, np.ndarray], n: int) -> None:
+        super().restore(arrays, n)
+        self.max_priority = float(arrays["max_priority"])
+
+    def anneal(self, progress: float) -> None:
+        """beta for the fraction `progress` of the run done: linearly from its start to 1."""
+        self.beta = self.beta0 + (1.0 - self.beta0) * min(max(progress, 0.0), 1.0)
+
+    def leaf_values(self, errors: np.ndarray) -> np.ndarray:
+        """priority^alpha of new errors (priority |error| + eps), the largest priority kept."""
+        priority = np.abs(errors).astype(np.float64) + PRIORITY_EPS
+        self.max_priority = max(self.max_priority, float(priority.max()))
+        return priority ** self.alpha
+
+    def weights(self, count: int, leaves: np.ndarray, total: float) -> np.ndarray:
+        """Importance weights (N P)^-beta of draws whose leaves are `leaves` out of `total`,
+        N = `count` candidates, normalised by the batch's largest (Schaul et al.'s Algorithm 1)."""
+        weights = (count * leaves / total) ** -self.beta
+        return (weights / weights.max()).astype(np.float32)
+
+
+class PrioritizedReplay(Priorities, ReplayMemory):
     def __init__(self, capacity: int, streams: int, obs_shape: tuple[int, ...],
                  obs_dtype: np.dtype, stacked: bool, n: int, alpha: float, beta: float):
-        """`n`: the return's steps (a transition needs its n successors); `beta`: the
-        importance-weight exponent at the start, annealed by `anneal`."""
-        super().__init__(capacity, streams, obs_shape, obs_dtype, stacked)
-        self.n, self.alpha, self.beta0 = n, alpha, beta
-        self.beta = beta
+        """`n`: the return's steps (a transition needs its n successors)."""
+        ReplayMemory.__init__(self, capacity, streams, obs_shape, obs_dtype, stacked)
+        Priorities.__init__(self, alpha, beta)
+        self.n = n
         self.tree = SumTree(streams * self.slots)
-        self.max_priority = 1.0
         # Transitions with a leaf above 0: N in the importance weights.
         self.valid = 0
 
@@ -89,8 +122,7 @@ class PrioritizedReplay(ReplayMemory):
         return super().nbytes + self.tree.tree.nbytes
 
     def state(self) -> dict[str, np.ndarray]:
-        return {**super().state(), "priorities": self.tree.values,
-                "max_priority": np.float64(self.max_priority)}
+        return {**super().state(), "priorities": self.tree.values}
 
     def restore(self, arrays: dict[str, np.ndarray], n: int) -> None:
         """As the uniform memory's, and the priorities with them (a uniform memory's file
@@ -103,7 +135,6 @@ class PrioritizedReplay(ReplayMemory):
         self.tree.values[:] = np.where(self._valid_mask(), saved, 0.0)
         self.tree.rebuild()
         self.valid = int(np.count_nonzero(self.tree.values))
-        self.max_priority = float(arrays["max_priority"])
 
     def _valid_mask(self) -> np.ndarray:
         """(streams x slots,) whether each slot holds a transition that can be sampled now."""
@@ -142,10 +173,6 @@ class PrioritizedReplay(ReplayMemory):
         self.valid += int(np.count_nonzero(new)) - int(np.count_nonzero(self.tree.get(index)))
         self.tree.set(index, new)
 
-    def anneal(self, progress: float) -> None:
-        """beta for the fraction `progress` of the run done: linearly from its start to 1."""
-        self.beta = self.beta0 + (1.0 - self.beta0) * min(max(progress, 0.0), 1.0)
-
     def sample(self, size: int, n: int, rng: np.random.Generator) -> Transitions:
         """`size` transitions drawn in proportion to their leaves, one from each of `size`
         equal strata of the total (lower variance than independent draws), with importance
@@ -156,17 +183,14 @@ class PrioritizedReplay(ReplayMemory):
         s, slot = np.divmod(index, self.slots)
         p = self.head[s] - 1 - (self.head[s] - 1 - slot) % self.slots
         out = self.gather(s, p, n)
-        weights = (self.valid * self.tree.get(index) / total) ** -self.beta
-        out.weights = (weights / weights.max()).astype(np.float32)
+        out.weights = self.weights(self.valid, self.tree.get(index), total)
         return out
 
     def update(self, index: np.ndarray, errors: np.ndarray) -> None:
         """New priorities |error| + eps of sampled transitions; one that stopped being valid
         since it was sampled (overwritten) keeps its 0."""
-        priority = np.abs(errors).astype(np.float64) + PRIORITY_EPS
         live = self.tree.get(index) > 0
-        self.tree.set(index[live], priority[live] ** self.alpha)
-        self.max_priority = max(self.max_priority, float(priority.max()))
+        self.tree.set(index[live], self.leaf_values(errors)[live])
 
 
 def _spans(streams: np.ndarray, start: np.ndarray, stop: np.ndarray

@@ -79,6 +79,11 @@ class ReplayMemory:
                 self.acted[stream, position % self.slots] = False
         self.transitions = int(self.acted.sum())
 
+    def steps_needed(self, n: int) -> int:
+        """Steps of every stream before each has something to sample: a transition and its
+        n successors."""
+        return n + 1
+
     def _push(self, stream: int, frames: np.ndarray) -> None:
         for frame in frames:
             slot = self.head[stream] % self.slots

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ddrl.acting.prioritized import PRIORITY_EPS
+from ddrl.acting.prioritized import Priorities
 from ddrl.acting.replay import ReplayMemory
 
 
@@ -66,6 +66,10 @@ class SequenceReplay(ReplayMemory):
             first = max(wall - self.span + 1, 0)
             k = np.arange(-(-first // self.period) * self.period, wall, self.period)
             self.broken[stream, (k // self.period) % self.rings] = True
+
+    def steps_needed(self, n: int) -> int:
+        """A whole sequence (its n steps included)."""
+        return self.span
 
     def add(self, streams: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
             dones: np.ndarray, acted_at: np.ndarray, next_obs: np.ndarray,
@@ -118,24 +122,17 @@ class SequenceReplay(ReplayMemory):
                          s * self.rings + ring)
 
 
-class PrioritizedSequences(SequenceReplay):
+class PrioritizedSequences(Priorities, SequenceReplay):
     def __init__(self, capacity: int, streams: int, obs_shape: tuple[int, ...],
                  obs_dtype: np.dtype, stacked: bool, units: int, period: int, span: int,
                  alpha: float, beta: float):
-        super().__init__(capacity, streams, obs_shape, obs_dtype, stacked, units, period, span)
-        self.alpha, self.beta0, self.beta = alpha, beta, beta
+        SequenceReplay.__init__(self, capacity, streams, obs_shape, obs_dtype, stacked, units,
+                                period, span)
+        Priorities.__init__(self, alpha, beta)
         # priority^alpha of the sequence starting at [stream, ring].
         self.leaves = np.zeros((streams, self.rings))
-        self.max_priority = 1.0
 
     STATE = (*SequenceReplay.STATE, "leaves")
-
-    def state(self) -> dict[str, np.ndarray]:
-        return {**super().state(), "max_priority": np.float64(self.max_priority)}
-
-    def restore(self, arrays: dict[str, np.ndarray], n: int) -> None:
-        super().restore(arrays, n)
-        self.max_priority = float(arrays["max_priority"])
 
     def add(self, streams: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
             dones: np.ndarray, acted_at: np.ndarray, next_obs: np.ndarray,
@@ -147,10 +144,6 @@ class PrioritizedSequences(SequenceReplay):
         self.leaves[streams[first], (k[first] // self.period) % self.rings] = \
             self.max_priority ** self.alpha
         super().add(streams, actions, rewards, dones, acted_at, next_obs, states)
-
-    def anneal(self, progress: float) -> None:
-        """beta for the fraction `progress` of the run done: linearly from its start to 1."""
-        self.beta = self.beta0 + (1.0 - self.beta0) * min(max(progress, 0.0), 1.0)
 
     def sample(self, size: int, n: int, rng: np.random.Generator) -> Sequences:
         """`size` sequences drawn in proportion to priority^alpha, one from each of `size`
@@ -164,12 +157,9 @@ class PrioritizedSequences(SequenceReplay):
         mass = (np.arange(size) + rng.random(size)) * (total / size)
         pick = np.minimum(np.searchsorted(cumulative, mass, side="right"), len(s) - 1)
         out = self.gather(s[pick], k[pick])
-        weights = (len(s) * leaves[pick] / total) ** -self.beta
-        out.weights = (weights / weights.max()).astype(np.float32)
+        out.weights = self.weights(len(s), leaves[pick], total)
         return out
 
     def update(self, index: np.ndarray, priorities: np.ndarray) -> None:
         """New priorities of sampled sequences (their index from `Sequences.index`)."""
-        priority = np.abs(priorities).astype(np.float64) + PRIORITY_EPS
-        self.leaves.reshape(-1)[index] = priority ** self.alpha
-        self.max_priority = max(self.max_priority, float(priority.max()))
+        self.leaves.reshape(-1)[index] = self.leaf_values(priorities)

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from ddrl.acting.prioritized import PrioritizedReplay
+from ddrl.acting.prioritized import Priorities, PrioritizedReplay
 from ddrl.acting.replay import ReplayMemory
 from ddrl.acting.sequences import PrioritizedSequences
 
@@ -70,7 +70,7 @@ def _draw(memory: ReplayMemory, batch: int, n: int, rng: np.random.Generator,
     count, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         sample = memory.sample(batch, n, rng)
-        if isinstance(memory, (PrioritizedReplay, PrioritizedSequences)):
+        if isinstance(memory, Priorities):
             memory.update(sample.index, rng.random(batch) * 2)
         count += 1
     return count, time.perf_counter() - t0
