@@ -157,7 +157,8 @@ def test_killed_worker_ends_the_job(run_dir):
 def test_hung_worker_is_left_out_and_the_job_ends(run_dir):
     """A worker that stops answering (SIGSTOP: mpirun does not notice) is left out after
     sync.timeout; the others finish the run, rank 0 saves it and ends the job."""
-    proc = launch(run_dir, *ps_args(1, "sync.timeout=5"), "--set", "run.max_frames=30000")
+    # Long enough that the freeze (after 10 logged updates) lands mid-run on a fast CPU.
+    proc = launch(run_dir, *ps_args(1, "sync.timeout=5"), "--set", "run.max_frames=100000")
     out = freeze_rank(proc, run_dir, 2)
     assert "worker rank 2 sent nothing for 5 s (sync.timeout); going on with 2 worker(s)" in out
     assert "stopped (frames)" in out, out[-3000:]
