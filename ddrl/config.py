@@ -208,6 +208,11 @@ class EvalConfig:
     target: float | None = None
     # Probability of a random action instead of the greedy one (0: greedy, as in the paper).
     epsilon: float = 0.0
+    # The evaluator process's niceness: at 19 it plays on the CPU time the ranks leave idle.
+    nice: int = 19
+    # Its CPU time, at most this share of one rank's cores over the run (a due evaluation
+    # waits until it fits; 1: no limit): a hard bound for an evaluator at a lower niceness.
+    cpu_share: float = 1.0
 
 
 @dataclass
@@ -322,6 +327,7 @@ _RANGES = {
     "sync.timeout": (0.0, None, False), "sync.startup_timeout": (0.0, None, False),
     "eval.every": (1, None, True),
     "eval.episodes": (0, None, True), "eval.epsilon": (0.0, 1.0, True),
+    "eval.cpu_share": (0.0, 1.0, False), "eval.nice": (0, 19, True),
     "debug.slow_factor": (1.0, None, True),
     "central.groups": (1, 64, True), "central.batch": (0, None, True),
     "central.deadline_ms": (0.0, None, True),

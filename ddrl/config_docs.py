@@ -149,8 +149,13 @@ DOCS = {
                      "simulators / `central.groups`)",
     "central.deadline_ms": "a batch closes this long after its first observation arrived, "
                            "full or not, so no actor waits long",
-    "eval.every": "updates between evaluations (rank 0, a thread of its own, frozen weights)",
+    "eval.every": "updates between evaluations (rank 0's evaluator process, frozen weights)",
     "eval.episodes": "whole games per evaluation, unclipped rewards, no episodic life (0: none)",
+    "eval.nice": "the evaluator process's niceness (0-19); at 19 it plays on the CPU time the "
+                 "ranks leave idle and costs them little (docs/performance.md)",
+    "eval.cpu_share": "the evaluator's CPU time, at most this share of one rank's cores: in a "
+                      "synchronous job what it takes from a rank holds back all (an evaluation "
+                      "due waits until it fits; 1: no limit)",
     "eval.target": "stop when an evaluation's mean reaches this score (`none`: never)",
     "eval.epsilon": "probability of a random action in evaluation (0: greedy, as in the paper; "
                     "DQN's convention is 0.05)",

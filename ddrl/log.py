@@ -19,7 +19,7 @@ import numpy as np
 
 from ddrl.errors import DdrlError, HardExitError
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 
 TABLES: dict[str, list[tuple[str, str]]] = {
     "train": [
@@ -37,6 +37,9 @@ TABLES: dict[str, list[tuple[str, str]]] = {
     "eval": [
         ("update", "i8"), ("frames", "i8"), ("wall_time", "f8"), ("mean_return", "f4"),
         ("std_return", "f4"), ("max_return", "f4"), ("episodes", "i4"),
+        # What the evaluation took: wall seconds, and the evaluator's CPU seconds (0 for the
+        # final evaluation, played by rank 0 itself).
+        ("seconds", "f4"), ("cpu_seconds", "f4"),
     ],
     "ranks": [
         ("update", "i8"), ("wall_time", "f8"), ("rank", "i4"), ("frames", "i8"),

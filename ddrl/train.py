@@ -121,8 +121,9 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
             code = central.run_actor(cfg, world, restarts)
             signals.job_stopping = True
             return code
-    configure_tensorflow(cores_per_rank(cfg.node.threads, world.local_size),
-                         deterministic=cfg.node.mode in ("a2c", "dqn"))
+    cores = cores_per_rank(cfg.node.threads, world.local_size)
+    deterministic = cfg.node.mode in ("a2c", "dqn")
+    configure_tensorflow(cores, deterministic)
     import tensorflow as tf
 
     from ddrl.acting import actors_class
@@ -198,7 +199,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
                               "world_size": world.size, "nodes": world.hosts,
                               "damaged_log": int(log.damaged is not None)})
         if cfg.eval.episodes:
-            evaluator = BackgroundEvaluator(cfg, lambda: Learner(cfg, *spec))
+            evaluator = BackgroundEvaluator(cfg, spec, cores, deterministic)
         say(f"[ddrl] {cfg.env.id} {cfg.node.mode} x {world.size} rank(s) on {world.hosts} "
             f"host(s), {learner.num_params:,} parameters, sync {sync.name}, "
             f"run directory {run_dir}" + (f" (resumed at update {counters.update})"

@@ -86,7 +86,7 @@ def test_pong_log_readable_while_running(run_dir):
     cmd = [*DDRL, "train", JOBS / "pong.toml", "--out", run_dir,
            "--set", "model.arch=a3c", "--set", "node.n_sim=4", "--set", "env.decorrelate=400",
            "--set", "run.max_minutes=10", "--set", "eval.every=5", "--set", "eval.episodes=1",
-           "--set", "run.log_every=2"]
+           "--set", "eval.nice=0", "--set", "run.log_every=2"]
     proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = {}

@@ -20,6 +20,10 @@ KINDS = {
                                       "simulated hosts: frames/s, bytes per frame, batches"),
     "dqn": ("ddrl.bench.dqn", "the concurrent-DQN paper's speed test: standard, concurrent, "
                               "synchronized, both, at W samplers"),
+    "eval": ("ddrl.bench.evalcost", "the background evaluation's cost: frames/s with it off and "
+                                    "on, alternating"),
+    "target": ("ddrl.bench.target", "time to score: a job run to its target for several seeds, "
+                                    "frames and minutes to it per seed and median"),
     "replay": ("ddrl.bench.replay", "prioritized against uniform replay: time per minibatch, "
                                     "per stored step, memory"),
 }

@@ -48,6 +48,8 @@ class NodeFigures:
     updates: int
     shares: dict[str, float]
     peak_rss: list[int] = field(default_factory=list)
+    # The evaluations that played in the measured window (`/eval` rows), when they were on.
+    evals: np.ndarray | None = None
 
 
 def warmup_seconds(seconds: float) -> float:
@@ -56,17 +58,33 @@ def warmup_seconds(seconds: float) -> float:
 
 
 def measure_training(job: str, overrides: list[str], seconds: float, frames_per_step: int,
-                     ranks: int = 1) -> NodeFigures:
-    """Runs `ddrl train` for warm-up + `seconds` and reads its steady-state figures."""
+                     ranks: int = 1, evaluate: bool = False,
+                     start_from: Path | None = None) -> NodeFigures:
+    """Runs `ddrl train` for warm-up + `seconds` and reads its steady-state figures; with
+    `evaluate`, the job's own evaluations on (no target); `start_from`: a copy of that run
+    directory, resumed from its latest checkpoint (the trained agent's longer games)."""
+    import shutil
+
+    from ddrl import checkpoint
     from ddrl.distributed.launch import mpirun_command
 
     warmup = warmup_seconds(seconds)
     with tempfile.TemporaryDirectory(prefix="ddrl-bench-") as tmp:
-        out = Path(tmp) / "run"
-        sets = [*overrides, f"run.max_minutes={(warmup + seconds) / 60}", "eval.episodes=0",
-                "eval.target=none", "run.log_every=1", "run.checkpoint_minutes=1e6",
-                "run.progress_seconds=1e6"]
-        cmd = [sys.executable, "-m", "ddrl.bench.node", job, "--out", str(out),
+        out, resume, begin = Path(tmp) / "run", [], 0.0
+        if start_from is not None:
+            latest = checkpoint.latest(start_from / "checkpoints")
+            if latest is None:
+                raise DdrlError(f"no checkpoint in {start_from / 'checkpoints'}")
+            begin = checkpoint.load(latest).wall_time
+            shutil.copytree(start_from, out, ignore=shutil.ignore_patterns(".lock", "ckpt-*"))
+            shutil.copy2(latest, out / "checkpoints" / latest.name)
+            resume = ["--resume"]
+        # run.max_minutes counts the run's time across restarts.
+        sets = [*overrides, f"run.max_minutes={(begin + warmup + seconds) / 60}",
+                "run.max_frames=1000000000000", "eval.target=none", "run.log_every=1",
+                "run.checkpoint_minutes=1e6", "run.progress_seconds=1e6",
+                *([] if evaluate else ["eval.episodes=0"])]
+        cmd = [sys.executable, "-m", "ddrl.bench.node", job, "--out", str(out), *resume,
                *(arg for s in sets for arg in ("--set", s))]
         if ranks > 1:
             cmd = [*mpirun_command(ranks), *cmd]
@@ -76,8 +94,8 @@ def measure_training(job: str, overrides: list[str], seconds: float, frames_per_
             raise DdrlError(f"the measured training exited with {proc.returncode}: {tail}")
         peaks = [int(line.split()[-1]) for line in proc.stdout.splitlines()
                  if line.startswith(PEAK_TAG)]
-        rows = _train_rows(out / "log.h5")
-    steady = rows[rows["wall_time"] >= warmup]
+        rows, evals = (_rows(out / "log.h5", t) for t in ("train", "eval"))
+    steady = rows[rows["wall_time"] >= begin + warmup]
     if len(steady) < 2:
         raise DdrlError(f"fewer than 2 updates after {warmup:.0f} s of warm-up: raise --seconds")
     first, last = steady[0], steady[-1]
@@ -89,15 +107,19 @@ def measure_training(job: str, overrides: list[str], seconds: float, frames_per_
               "train": means["train"] / period, "sync": means["sync"] / period,
               "wait": max(0.0, 1.0 - (means["train"] + means["sync"]) / period)}
     frames = (last["frames"] - first["frames"]) / span
+    # Those that played in the window; the final evaluation after it is rank 0's own, not the
+    # evaluator's (no CPU time on its row).
+    evals = evals[(evals["wall_time"] + evals["seconds"] >= first["wall_time"])
+                  & (evals["cpu_seconds"] > 0)]
     return NodeFigures(frames / frames_per_step, counted["effective_batch"].sum() / span, frames,
-                       int(last["update"] - first["update"]), shares, peaks)
+                       int(last["update"] - first["update"]), shares, peaks, evals)
 
 
-def _train_rows(path: Path) -> np.ndarray:
+def _rows(path: Path, table: str) -> np.ndarray:
     import h5py
 
     with h5py.File(path, "r") as f:
-        return f["train"][:]
+        return f[table][:]
 
 
 def emulator_rate(pools: list, seconds: float) -> float:

@@ -2,14 +2,21 @@
 clipping or episodic life (the papers' score); in the background of a run, or for `ddrl eval`."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
+import time
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 
 import numpy as np
 
 from ddrl.config import Config
 from ddrl.envs import make_pool
+from ddrl.errors import DdrlError
 from ddrl.learner import RecurrentState
+from ddrl.output import say
 from ddrl.seeding import derive_seed
 
 MAX_EVAL_SIMS = 16
@@ -66,63 +73,137 @@ def evaluate(cfg: Config, learner, episodes: int, seed: int,
 @dataclass
 class EvalDone:
     """A finished evaluation, attributed to the update, frames and wall time at which its
-    weights were taken."""
+    weights were taken; what it took: `seconds` of wall time, `cpu_seconds` of the
+    evaluator's."""
     update: int
     frames: int
     wall_time: float
     result: EvalResult
     weights: np.ndarray
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+
+# The evaluator process's program (it imports this module: named, not imported here).
+WORKER = "ddrl.loop.eval_worker"
+# A run gives up after this many evaluator processes died in a row (killed for memory,
+# crashed); one that died is replaced at the next evaluation.
+WORKER_DEATHS = 3
+
+
+@dataclass
+class _Pending:
+    update: int
+    frames: int
+    wall_time: float
+    weights: np.ndarray
+    started: float
 
 
 class BackgroundEvaluator:
-    """Rank 0 evaluates a snapshot of the weights on its own thread and model copy, so the
-    other ranks never wait for it in the all-reduce (the paper used a separate node)."""
+    """Rank 0 evaluates snapshots of the weights in a process of its own (`eval_worker`,
+    started at the first evaluation), so the other ranks never wait for it in the all-reduce
+    (the paper used a separate node). The process runs at `eval.nice`, and its CPU time stays
+    within `eval.cpu_share` of `cores`, one rank's: in a synchronous job, what it takes from
+    any rank holds back all of them, so that share is what evaluating may cost the run's
+    throughput."""
 
-    def __init__(self, cfg: Config, learner_factory):
-        self._cfg = cfg
-        self._learner = learner_factory()
-        self._thread: threading.Thread | None = None
-        self._result: EvalDone | None = None
-        self._error: BaseException | None = None
-        self._stop = threading.Event()
+    def __init__(self, cfg: Config, spec: tuple, cores: int, deterministic: bool):
+        self._cfg, self._spec, self._cores = cfg, spec, cores
+        self._deterministic = deterministic
+        self._since = time.monotonic()
+        self._cpu_before = 0.0  # the CPU time of the workers that ended
+        self._cpu = 0.0
+        self._last_cpu = 0.0  # what the last evaluation took: the next will take about as much
+        self._deaths = 0
+        self._proc: subprocess.Popen | None = None
+        self._to: Connection | None = None
+        self._from: Connection | None = None
+        self._pending: _Pending | None = None
 
     @property
     def busy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._pending is not None
+
+    def within_budget(self) -> bool:
+        """Whether an evaluation that takes as much CPU time as the last one fits the share.
+        The first starts when due, whatever it will take: nothing is known of its cost."""
+        share = self._cfg.eval.cpu_share
+        allowed = share * self._cores * (time.monotonic() - self._since)
+        return share >= 1.0 or self._cpu + self._last_cpu <= allowed
 
     def start(self, weights: np.ndarray, update: int, frames: int, wall_time: float) -> None:
-        self._learner.set_weights(weights)
+        if self._proc is None:
+            self._spawn()
+        seed = derive_seed(self._cfg.run.seed, 0, f"eval/{update}")
+        self._pending = _Pending(update, frames, wall_time, weights, time.monotonic())
+        try:
+            self._to.send((weights, update, self._cfg.eval.episodes, seed))
+        except OSError:
+            pass  # a worker that died: poll tells
 
-        def work():
-            try:
-                seed = derive_seed(self._cfg.run.seed, 0, f"eval/{update}")
-                res = evaluate(self._cfg, self._learner, self._cfg.eval.episodes, seed, self._stop)
-                if res is not None:
-                    self._result = EvalDone(update, frames, wall_time, res, weights)
-            except BaseException as exc:
-                self._error = exc
-
-        self._thread = threading.Thread(target=work, daemon=True, name="evaluator")
-        self._thread.start()
-
-    def cancel(self) -> None:
-        """Abandon a game in progress, and any later one, and wait for the thread: a run that
-        stops on a signal calls it last, since a process must not exit while this thread is
-        inside the emulator or TensorFlow (that ended in a crash at interpreter exit, not in
-        the run's exit status)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+    def _spawn(self) -> None:
+        to_read, to_write = os.pipe()
+        from_read, from_write = os.pipe()
+        # Only its own ends reach the worker, so it sees end-of-file when this process ends.
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", WORKER, str(to_read), str(from_write)],
+            pass_fds=(to_read, from_write), stdin=subprocess.DEVNULL)
+        os.close(to_read)
+        os.close(from_write)
+        self._to = Connection(to_write, readable=False)
+        self._from = Connection(from_read, writable=False)
+        self._to.send((self._cfg, self._spec, self._cfg.eval.nice, self._deterministic))
 
     def poll(self, wait: bool = False, stop: threading.Event | None = None) -> EvalDone | None:
         """The finished evaluation, once; `wait` for one in progress, unless `stop` is set
         first, which abandons it."""
-        while wait and self.busy:
+        if self._pending is None:
+            return None
+        while not self._from.poll(0.1 if wait else 0):
+            if not wait:
+                return None
             if stop is not None and stop.is_set():
                 self.cancel()
-                break
-            self._thread.join(timeout=0.1)
-        if self._error is not None:
-            raise self._error
-        out, self._result = self._result, None
-        return out
+                return None
+        pending, self._pending = self._pending, None
+        try:
+            message = self._from.recv()
+        except (EOFError, OSError):
+            self._worker_died(pending.update)
+            return None
+        if message[0] == "error":
+            last = message[2].strip().splitlines()[-1]
+            raise DdrlError(f"the evaluation of update {message[1]} failed: {last}")
+        _, _, result, cpu = message
+        self._deaths = 0
+        used = self._cpu_before + cpu - self._cpu
+        self._cpu, self._last_cpu = self._cpu_before + cpu, used
+        return EvalDone(pending.update, pending.frames, pending.wall_time, result,
+                        pending.weights, time.monotonic() - pending.started, used)
+
+    def _worker_died(self, update: int) -> None:
+        code = self._proc.wait()
+        self._end_worker()
+        self._deaths += 1
+        how = f"signal {-code}" if code < 0 else f"exit status {code}"
+        if self._deaths >= WORKER_DEATHS:
+            raise DdrlError(f"the evaluator process died {WORKER_DEATHS} times in a row, the "
+                            f"last time with {how} in the evaluation of update {update}")
+        say(f"[ddrl] warning: the evaluator process died ({how}); the evaluation of update "
+            f"{update} is lost, a new process plays the next", err=True)
+
+    def _end_worker(self) -> None:
+        """The worker's CPU time is known up to its last result; what it spent since is lost."""
+        self._cpu_before = self._cpu
+        for conn in (self._to, self._from):
+            conn.close()
+        self._proc = self._to = self._from = None
+
+    def cancel(self) -> None:
+        """Abandon a game in progress, and end the worker (idle or not)."""
+        self._pending = None
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._end_worker()

@@ -64,6 +64,7 @@ class Trainer:
         self._last_sync = 0.0
         self._nonfinite_streak = 0
         self._target_reached = False
+        self._eval_mark = counters.update  # the update of the last evaluation started
         self._best = checkpoint.best_score(run_dir / "checkpoints") if world.is_root else None
         self._last_checkpoint = time.monotonic()
         # Periodic checkpoints are written off the training thread (a large net's .npz takes
@@ -193,10 +194,13 @@ class Trainer:
         self._window = Window(start=c.wall_time)
 
     def _maybe_start_eval(self) -> None:
-        c, ev = self.counters, self.evaluator
-        if ev is not None and self.cfg.eval.episodes and c.update % self.cfg.eval.every == 0 \
-                and not ev.busy:
+        """At each eval.every-th update, or at the first after it when the evaluator was still
+        playing or over its CPU share then."""
+        c, ev, every = self.counters, self.evaluator, self.cfg.eval.every
+        if ev is not None and self.cfg.eval.episodes and c.update // every > self._eval_mark // every \
+                and not ev.busy and ev.within_budget():
             ev.start(self.learner.get_weights(), c.update, c.frames, c.wall_time)
+            self._eval_mark = c.update
 
     def _poll_eval(self, wait: bool, stop: threading.Event | None = None) -> None:
         done = self.evaluator.poll(wait=wait, stop=stop) if self.evaluator is not None else None
@@ -208,7 +212,8 @@ class Trainer:
         self.log.append("eval", {"update": done.update, "frames": done.frames,
                                  "wall_time": done.wall_time, "mean_return": res.mean,
                                  "std_return": res.std, "max_return": res.max,
-                                 "episodes": res.episodes})
+                                 "episodes": res.episodes, "seconds": done.seconds,
+                                 "cpu_seconds": done.cpu_seconds})
         self.progress.eval_score = res.mean
         if self._best is None or res.mean > self._best:
             self._best = res.mean
@@ -286,7 +291,7 @@ class Trainer:
         c = self.counters
         if reason != "signal":
             self._poll_eval(wait=True, stop=signalled)
-        elif self.evaluator is not None:
+        if self.evaluator is not None:
             self.evaluator.cancel()
         complete = True
         if reason in ("frames", "time") and self.cfg.eval.episodes:

@@ -116,6 +116,9 @@ class FakeEvaluator:
         self._done = EvalDone(update, frames, wall_time,
                               EvalResult(self._score(update), 0.0, self._score(update), 10), weights)
 
+    def within_budget(self) -> bool:
+        return True
+
     def poll(self, wait: bool = False, stop=None) -> EvalDone | None:
         out, self._done = self._done, None
         return out

@@ -1,0 +1,76 @@
+"""`ddrl bench target JOB.toml --out DIR [--seeds N] [--ranks R] [--set k=v ...]`: time to
+score. The job runs to its `eval.target` for seeds 0..N-1, one after another, as the sweep
+`run.seed=0`, `run.seed=1`, ... (`ddrl sweep`: DIR/seed_0, ...; run again, it skips the
+finished runs and resumes a stopped one), then prints per seed and as the median the frames
+and minutes to the target (when the weights that first scored it were taken), the frames/s
+of the whole run, evaluations included, and the CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from pathlib import Path
+
+from ddrl.errors import DdrlError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", help="TOML job file with an eval.target")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR",
+                   help="the runs go to DIR/seed_0, DIR/seed_1, ...")
+    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
+    p.add_argument("--ranks", type=int, default=2, help="MPI ranks per run (default 2)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key of every run (repeatable)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ddrl import sweep
+    from ddrl.config import load_config
+    from ddrl.envs import check_env_id
+    from ddrl.info import cpu_summary
+
+    if args.seeds < 1:
+        raise DdrlError(f"--seeds {args.seeds}: at least 1")
+    cfg = load_config(args.job, args.set, check_env=check_env_id)
+    if cfg.eval.target is None:
+        raise DdrlError(f"{args.job}: no eval.target to reach (set one with --set eval.target=X)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    seeds = args.out / "seeds.sweep"
+    seeds.write_text("".join(f"run.seed={s}\n" for s in range(args.seeds)))
+    code = sweep.run(argparse.Namespace(job=args.job, sweep=str(seeds), out=str(args.out / "seed"),
+                                        ranks=args.ranks, set=args.set))
+    if code != 0:
+        return code
+    print(report(args.job, [args.out / f"seed_{s}" for s in range(args.seeds)], cfg.eval.target,
+                 cpu_summary()))
+    return 0
+
+
+def report(job: str, run_dirs: list[Path], target: float, cpu: str) -> str:
+    from analysis.load import load_run
+    from analysis.scores import first_reaching
+
+    lines = [f"ddrl bench target {job}: eval.target {target:g}; {cpu}",
+             f"{'seed':>6s}{'reached':>9s}{'frames':>14s}{'minutes':>9s}{'frames/s':>10s}"
+             f"{'evaluations':>13s}"]
+    found: list[tuple[float, float, float]] = []
+    for seed, run_dir in enumerate(run_dirs):
+        run = load_run(run_dir)
+        done = run.progress()
+        rate = done.frames / done.wall_time if done.wall_time > 0 else math.nan
+        hit = first_reaching(run["eval"], target)
+        frames, minutes = ((float(hit["frames"]), float(hit["wall_time"]) / 60)
+                           if hit is not None else (math.nan, math.nan))
+        found.append((frames, minutes, rate))
+        reached = f"{hit['mean_return']:+.1f}" if hit is not None else "no"
+        lines.append(f"{seed:6d}{reached:>9s}{frames:14,.0f}{minutes:9.1f}{rate:10,.0f}"
+                     f"{len(run['eval']):13d}")
+    # A seed that never reached the target counts as infinitely slow, not as missing.
+    med = [statistics.median(math.inf if math.isnan(v) else v for v in col)
+           for col in zip(*found)]
+    reached = sum(not math.isnan(f[0]) for f in found)
+    lines.append(f"{'median':>6s}{f'{reached}/{len(found)}':>9s}{med[0]:14,.0f}{med[1]:9.1f}"
+                 f"{med[2]:10,.0f}")
+    return "\n".join(lines)

@@ -1,0 +1,206 @@
+"""The evaluator process at the edges of a run (real `ddrl train`, real processes): killed, it
+is replaced and the run goes on; rank 0 killed, it ends itself; a terminal's Ctrl-C stops the
+run through rank 0 alone. And the benchmarks of its cost and of time to score."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import DDRL, JOBS, ROOT, ddrl, env_for_tests, table
+
+# Frequent evaluations on CartPole (at niceness 0, as its job files have it).
+EVALS = ["--set", "eval.every=20", "--set", "eval.target=none"]
+
+
+def start(run_dir: Path, *sets: str) -> subprocess.Popen:
+    return subprocess.Popen([*DDRL, "train", str(JOBS / "cartpole.toml"), "--out", str(run_dir),
+                             *EVALS, *sets], cwd=ROOT, env=env_for_tests(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+
+
+def worker_of(pid: int, timeout: float = 90, other_than: int = 0) -> int:
+    """The pid of `pid`'s evaluator process, once it has one (not `other_than`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except FileNotFoundError:
+            break
+        for child in (c for c in map(int, children) if c != other_than):
+            try:
+                if b"ddrl.loop.eval_worker" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    return child
+            except FileNotFoundError:
+                continue
+        time.sleep(0.2)
+    raise AssertionError(f"no evaluator process under {pid} within {timeout} s")
+
+
+def gone(pid: int, timeout: float = 30) -> bool:
+    """The process ended (a zombie waiting for its new parent counts as ended)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z"):
+                return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def evaluator(share: float):
+    from ddrl.config import load_config
+    from ddrl.envs import env_spec
+    from ddrl.loop.evaluator import BackgroundEvaluator
+
+    cfg = load_config(JOBS / "cartpole.toml", [f"eval.cpu_share={share}", "eval.episodes=4"])
+    spec = env_spec(cfg)
+    return cfg, spec, BackgroundEvaluator(cfg, spec, cores=1, deterministic=True)
+
+
+@pytest.mark.parametrize("share", [1e-6, 1.0])
+def test_the_evaluator_process_plays_reports_its_cpu_and_keeps_its_share(share):
+    from ddrl.learner import Learner
+
+    cfg, spec, ev = evaluator(share)
+    try:
+        assert ev.within_budget()  # the first evaluation: nothing spent, nothing known
+        ev.start(Learner(cfg, *spec).get_weights(), update=7, frames=700, wall_time=1.5)
+        assert ev.busy
+        done = ev.poll(wait=True)
+        assert (done.update, done.frames, done.wall_time, done.result.episodes) == (7, 700, 1.5, 4)
+        assert 0 < done.cpu_seconds < done.seconds * os.cpu_count()
+        assert not ev.busy and ev.poll() is None
+        # One evaluation spent: a tiny share now holds the next back, no limit does not.
+        assert ev.within_budget() == (share == 1.0)
+    finally:
+        ev.cancel()
+
+
+def test_a_failed_evaluation_is_one_error_line():
+    from ddrl.errors import DdrlError
+
+    _, _, ev = evaluator(1.0)
+    try:
+        ev.start(np.zeros(3, np.float32), update=3, frames=30, wall_time=0.1)
+        with pytest.raises(DdrlError, match=r"^the evaluation of update 3 failed: \w+Error: "):
+            ev.poll(wait=True)
+    finally:
+        ev.cancel()
+
+
+def test_a_killed_evaluator_is_replaced_and_the_run_goes_on(run_dir):
+    proc = start(run_dir, "--set", "run.max_minutes=0.6", "--set", "run.max_frames=100000000")
+    try:
+        first = worker_of(proc.pid)
+        os.kill(first, signal.SIGKILL)
+        second = worker_of(proc.pid, other_than=first)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert re.search(r"warning: the evaluator process died \(signal 9\); the evaluation of update "
+                     r"\d+ is lost, a new process plays the next", err), err
+    assert "Traceback" not in err, err
+    evals = table(run_dir, "eval")
+    # Evaluations went on after the loss, by the new process (its CPU time on each row).
+    assert (evals["cpu_seconds"] > 0).sum() >= 2, evals
+    assert gone(second)
+
+
+def niceness(pid: int) -> set[int]:
+    """The niceness of each of the process's threads (Linux's is per thread)."""
+    found = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found.add(int(Path(task, "stat").read_text().rsplit(")", 1)[1].split()[16]))
+        except FileNotFoundError:
+            continue  # a thread that ended meanwhile
+    return found
+
+
+def test_rank0_killed_takes_its_evaluator_with_it(run_dir):
+    """At eval.nice 19 once started: all its threads, TensorFlow's pools included."""
+    proc = start(run_dir, "--set", "run.max_frames=100000000", "--set", "eval.nice=19")
+    try:
+        worker = worker_of(proc.pid)
+        deadline = time.monotonic() + 90
+        while niceness(worker) != {19} and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert niceness(worker) == {19}
+        assert niceness(proc.pid) == {os.getpriority(os.PRIO_PROCESS, 0)}
+        proc.kill()
+        proc.wait(timeout=30)
+        # Its pipe from rank 0 closed: the evaluator abandons its game and exits.
+        assert gone(worker), "the evaluator outlived rank 0"
+    finally:
+        proc.kill()
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 3), (signal.SIGINT, 130)])
+def test_a_signal_to_the_process_group_stops_the_run_once_and_quietly(run_dir, sig, code):
+    """scancel's SIGTERM and a terminal's Ctrl-C reach the whole process group, evaluator
+    included: rank 0 alone acts on them (SIGTERM: a checkpoint and exit 3, resumable; SIGINT:
+    `ddrl: interrupted`), the evaluator ends with it, and no process prints a traceback."""
+    proc = start(run_dir, "--set", "run.max_frames=100000000")
+    try:
+        worker = worker_of(proc.pid)
+        time.sleep(1.0)
+        os.killpg(proc.pid, sig)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert gone(worker)
+    if sig == signal.SIGTERM:
+        assert list((run_dir / "checkpoints").glob("ckpt-*.npz"))
+
+
+def test_bench_eval_measures_the_evaluator_from_a_trained_run(tmp_path):
+    trained = tmp_path / "trained"
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", trained, "--set", "run.max_frames=20000",
+               "--set", "eval.target=none", timeout=180)
+    assert res.returncode == 0, res.stderr
+    before = len(table(trained, "train")), sorted((trained / "checkpoints").iterdir())
+    res = ddrl("bench", "eval", JOBS / "cartpole.toml", "--from", trained, "--seconds", "8",
+               "--pairs", "1", "--set", "eval.every=20", timeout=300)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert re.search(r"^off #1\s+[\d,]+$", out, re.M), out
+    on = re.search(r"^on #1\s+[\d,]+\s+(\d+)\s+\d+\.\d\s+\d+\.\d\d\s+\d+\.\d%$", out, re.M)
+    assert on and int(on.group(1)) >= 1, out
+    assert re.search(r"evaluation on / off: \d\.\d{3} of the frames/s \(pairs: \d\.\d{3}\); "
+                     r"the evaluator costs -?\d+\.\d%", out), out
+    # The trained run itself is untouched: the windows ran on a copy.
+    assert (len(table(trained, "train")), sorted((trained / "checkpoints").iterdir())) == before
+    res = ddrl("bench", "eval", JOBS / "cartpole.toml", "--from", tmp_path / "none", timeout=60)
+    assert res.returncode == 2 and "ddrl: error: --from" in res.stderr, res.stderr
+
+
+def test_bench_target_runs_each_seed_to_the_target_and_resumes(tmp_path):
+    out = tmp_path / "tts"
+    args = ("bench", "target", JOBS / "cartpole.toml", "--out", out, "--seeds", "2",
+            "--ranks", "1", "--set", "eval.target=30", "--set", "eval.every=10",
+            "--set", "run.max_frames=100000")
+    res = ddrl(*args, timeout=400)
+    assert res.returncode == 0, res.stderr
+    rows = re.findall(r"^\s+(\d)\s+\+(\d+\.\d)\s+([\d,]+)\s+(\d+\.\d)\s+([\d,]+)\s+(\d+)$",
+                      res.stdout, re.M)
+    assert [r[0] for r in rows] == ["0", "1"], res.stdout
+    assert all(float(r[1]) >= 30 for r in rows), res.stdout
+    assert re.search(r"^\s*median\s+2/2\s+[\d,]+\s+\d+\.\d\s+[\d,]+$", res.stdout, re.M), res.stdout
+    # Run again: both runs are finished, so nothing is trained and the same figures print.
+    again = ddrl(*args, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("finished already") == 2, again.stdout
+    assert re.findall(r"^\s+\d\s+\+.*$", again.stdout, re.M) == \
+        re.findall(r"^\s+\d\s+\+.*$", res.stdout, re.M)
