@@ -19,10 +19,13 @@ EVALS = ["--set", "eval.every=20", "--set", "eval.target=none"]
 
 
 def start(run_dir: Path, *sets: str) -> subprocess.Popen:
+    """`ddrl train` in a process group of its own, with a terminal's SIGINT: a test run in the
+    background of a shell inherits SIGINT ignored."""
     return subprocess.Popen([*DDRL, "train", str(JOBS / "cartpole.toml"), "--out", str(run_dir),
                              *EVALS, *sets], cwd=ROOT, env=env_for_tests(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def worker_of(pid: int, timeout: float = 90, other_than: int = 0) -> int:
