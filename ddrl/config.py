@@ -211,7 +211,7 @@ class EvalConfig:
     # The evaluator process's niceness: at 19 it plays on the CPU time the ranks leave idle.
     nice: int = 19
     # Its CPU time, at most this share of one rank's cores over the run (a due evaluation
-    # waits until it fits; 1: no limit): a hard bound for an evaluator at a lower niceness.
+    # waits until it fits; 1: no limit): a hard bound for an evaluator at a niceness below 19.
     cpu_share: float = 1.0
 
 
