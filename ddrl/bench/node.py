@@ -94,7 +94,7 @@ def measure_training(job: str, overrides: list[str], seconds: float, frames_per_
             raise DdrlError(f"the measured training exited with {proc.returncode}: {tail}")
         peaks = [int(line.split()[-1]) for line in proc.stdout.splitlines()
                  if line.startswith(PEAK_TAG)]
-        rows, evals = (_rows(out / "log.h5", t) for t in ("train", "eval"))
+        rows, evals = _tables(out / "log.h5", ("train", "eval"))
     steady = rows[rows["wall_time"] >= begin + warmup]
     if len(steady) < 2:
         raise DdrlError(f"fewer than 2 updates after {warmup:.0f} s of warm-up: raise --seconds")
@@ -115,11 +115,11 @@ def measure_training(job: str, overrides: list[str], seconds: float, frames_per_
                        int(last["update"] - first["update"]), shares, peaks, evals)
 
 
-def _rows(path: Path, table: str) -> np.ndarray:
+def _tables(path: Path, names: tuple[str, ...]) -> list[np.ndarray]:
     import h5py
 
     with h5py.File(path, "r") as f:
-        return f[table][:]
+        return [f[name][:] for name in names]
 
 
 def emulator_rate(pools: list, seconds: float) -> float:

@@ -1,6 +1,6 @@
 """The evaluator's own process: `python -m ddrl.loop.eval_worker FD_IN FD_OUT`, started by rank
 0's `BackgroundEvaluator`. It plays the evaluations it is sent with a TensorFlow and simulators of
-its own, at a lower CPU priority, and reports each result with its evaluations' CPU time so far.
+its own, at a lower CPU priority, and reports each result with the CPU time it took.
 
 A process, not a thread of rank 0: a thread shared rank 0's GIL and TensorFlow pools with the
 trainer, which then waited on it; the whole job waited on rank 0 in the all-reduce.
@@ -65,11 +65,11 @@ def main(fd_in: int, fd_out: int) -> int:
     learner = Learner(cfg, *spec)
     # Start-up (TensorFlow's import, the model's build) happens once a run, as the ranks' own
     # does, at their priority: at niceness 19 on busy cores it would take minutes. The budget
-    # counts the evaluations' CPU time.
+    # counts the evaluations' CPU time, not it.
     lower_priority(nice)
-    started = cpu_seconds()
     while (job := jobs.get()) is not None:
         weights, update, episodes, seed = job
+        started = cpu_seconds()
         try:
             learner.set_weights(weights)
             res = evaluate(cfg, learner, episodes, seed, gone)

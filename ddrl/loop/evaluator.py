@@ -112,8 +112,7 @@ class BackgroundEvaluator:
         self._cfg, self._spec, self._cores = cfg, spec, cores
         self._deterministic = deterministic
         self._since = time.monotonic()
-        self._cpu_before = 0.0  # the CPU time of the workers that ended
-        self._cpu = 0.0
+        self._cpu = 0.0  # the evaluations' CPU time so far, all workers'
         self._last_cpu = 0.0  # what the last evaluation took: the next will take about as much
         self._deaths = 0
         self._proc: subprocess.Popen | None = None
@@ -177,10 +176,10 @@ class BackgroundEvaluator:
             raise DdrlError(f"the evaluation of update {message[1]} failed: {last}")
         _, _, result, cpu = message
         self._deaths = 0
-        used = self._cpu_before + cpu - self._cpu
-        self._cpu, self._last_cpu = self._cpu_before + cpu, used
+        self._cpu += cpu
+        self._last_cpu = cpu
         return EvalDone(pending.update, pending.frames, pending.wall_time, result,
-                        pending.weights, time.monotonic() - pending.started, used)
+                        pending.weights, time.monotonic() - pending.started, cpu)
 
     def _worker_died(self, update: int) -> None:
         code = self._proc.wait()
@@ -194,8 +193,7 @@ class BackgroundEvaluator:
             f"{update} is lost, a new process plays the next", err=True)
 
     def _end_worker(self) -> None:
-        """The worker's CPU time is known up to its last result; what it spent since is lost."""
-        self._cpu_before = self._cpu
+        """Its pipes closed; the CPU time of an evaluation it did not finish is not counted."""
         for conn in (self._to, self._from):
             conn.close()
         self._proc = self._to = self._from = None
