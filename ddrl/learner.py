@@ -14,12 +14,13 @@ from ddrl.algos.batch import Batch
 from ddrl.config import Config
 from ddrl.models import build_model
 from ddrl.optim import AdamMoments, get_moments, make_optimizer, scheduled_lr, set_moments
-from ddrl.output import quiet_first_call
+from ddrl.output import spend_xla_first_logs
 
 
 class Learner:
     def __init__(self, cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
                  n_actions: int, workers: int = 1):
+        spend_xla_first_logs()
         self.cfg = cfg
         self.n_actions = n_actions
         self.algo = make_algorithm(cfg)
@@ -53,9 +54,9 @@ class Learner:
         # XLA fuses Adam's element-wise passes into one loop per variable: about 3x faster
         # than the unfused Keras update, which costs a quarter of a Nature-CNN training step
         # on CPU. Only here: XLA's CPU convolutions are slower than oneDNN's.
-        apply = tf.function(self._apply_fn, jit_compile=True, autograph=False).get_concrete_function(
+        self._apply = tf.function(self._apply_fn, jit_compile=True,
+                                  autograph=False).get_concrete_function(
             tf.TensorSpec((self.num_params,), tf.float32))
-        self._apply = quiet_first_call(apply)
         self._grad: tf.Tensor | None = None
         self._grad_view: np.ndarray | None = None
         # The loss's figure per data point of the last `gradients` call, where the algorithm

@@ -11,8 +11,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 
 def say(text: str, err: bool = False) -> None:
@@ -72,17 +71,11 @@ def quiet_native_logs() -> Iterator[None]:
         os.close(devnull)
 
 
-def quiet_first_call(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn` with the native log lines of its first call (an XLA compile) dropped."""
-    called = False
+def spend_xla_first_logs() -> None:
+    """XLA logs its lines once per process, at the first compile: a trivial compile here
+    spends them quietly, so the compiles that come later (the network's input stem, Adam's
+    update, on whichever thread is first) print nothing."""
+    import tensorflow as tf
 
-    def call(*args: Any) -> Any:
-        nonlocal called
-        if called:
-            return fn(*args)
-        with quiet_native_logs():
-            out = fn(*args)
-        called = True
-        return out
-
-    return call
+    with quiet_native_logs():
+        tf.function(lambda x: x + 1, jit_compile=True, autograph=False)(tf.zeros(1))

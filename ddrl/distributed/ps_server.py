@@ -47,7 +47,7 @@ from ddrl.distributed.waiting import Backoff, abort, wait_all
 from ddrl.distributed.world import World
 from ddrl.learner import Learner
 from ddrl.optim import get_moments, make_optimizer, set_moments
-from ddrl.output import quiet_first_call, say
+from ddrl.output import say
 
 
 def serve(cfg: Config, world: World, obs_shape: tuple[int, ...], obs_dtype, num_actions: int) -> int:
@@ -93,9 +93,9 @@ class ParameterServer:
         self._opt.build([self._var])
         set_moments(self._opt, learner.get_moments().slice(lo, hi))
         # Compiled with XLA like Learner.apply: Adam's element-wise passes fuse into one loop.
-        self._step = quiet_first_call(tf.function(
+        self._step = tf.function(
             lambda g: self._opt.apply_gradients([(g, self._var)]), jit_compile=True, autograph=False,
-            input_signature=[tf.TensorSpec((hi - lo,), tf.float32)]))
+            input_signature=[tf.TensorSpec((hi - lo,), tf.float32)])
         self._weights = self._var.numpy()
         if self.index == 0:
             self._lead()

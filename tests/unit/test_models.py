@@ -1,0 +1,23 @@
+"""The image nets' input stem: ale-py's channels-first uint8 frames reach the first
+convolution channels-last, scaled to [0, 1], in the compute precision."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from ddrl.config import ModelConfig
+from ddrl.models import FramesToChannelsLast, build_model
+
+
+@pytest.mark.parametrize("precision,dtype,tolerance", [("float32", np.float32, 1e-7),
+                                                        ("bfloat16", tf.bfloat16, 4e-3)])
+def test_stem_moves_channels_last_and_scales(precision, dtype, tolerance):
+    model = build_model(ModelConfig(arch="a3c", precision=precision), (4, 64, 64), 6)
+    stem = next(layer for layer in model.layers if isinstance(layer, FramesToChannelsLast))
+    frames = np.random.default_rng(0).integers(0, 256, (3, 4, 64, 64), dtype=np.uint8)
+    got = tf.keras.Model(model.inputs, stem.output)(frames)
+    assert got.dtype == dtype
+    want = np.transpose(frames, (0, 2, 3, 1)).astype(np.float32) / 255
+    np.testing.assert_allclose(tf.cast(got, tf.float32).numpy(), want, atol=tolerance)
+    tf.keras.mixed_precision.set_global_policy("float32")
