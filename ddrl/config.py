@@ -283,7 +283,7 @@ def current_keys(flat: dict[str, Any]) -> dict[str, Any]:
 _CHOICES = {
     "node.mode": ("ba3c", "a2c", "dqn"),
     "model.arch": ("ddrl", "nature", "a3c", "mlp"),
-    "model.precision": ("float32", "bfloat16"),
+    "model.precision": ("float32", "bfloat16", "auto"),
     "optim.lr_scaling": ("none", "sqrt", "linear"),
     "optim.lr_schedule": ("constant", "linear"),
     "algo.name": ("a2c", "ppo", "vtrace", "appo", "dqn"),

@@ -64,8 +64,9 @@ DOCS = {
                   "net), `mlp` (vector observations)",
     "model.fc": "FC width of the `ddrl` net (the paper shrank it to 128)",
     "model.hidden": "MLP layer widths",
-    "model.precision": "`float32` or `bfloat16` (Keras mixed precision; pays only where the CPU "
-                       "has AMX)",
+    "model.precision": "`float32`, `bfloat16` (Keras mixed precision; pays only where the CPU "
+                       "has AMX) or `auto` (bfloat16 for image nets on a CPU with AMX-BF16, "
+                       "else float32)",
     "algo.name": "`a2c`: n-step advantage actor-critic (BA3C on the ba3c node); `ppo`; "
                  "`vtrace`: IMPALA's actor-critic on V-trace targets; `appo`: PPO's clipped "
                  "loss on V-trace targets; `dqn`",

@@ -63,11 +63,9 @@ def horovod_build() -> str:
 
 
 def cpu_features() -> list[str]:
-    try:
-        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
-                     if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return []
+    from ddrl.cpus import cpu_flags
+
+    flags = cpu_flags()
     return [f for f in CPU_FLAGS if f in flags]
 
 

@@ -137,6 +137,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
     from ddrl.loop.evaluator import BackgroundEvaluator
     from ddrl.loop.faults import freeze_at_startup
     from ddrl.loop.trainer import Trainer
+    from ddrl.models import compute_precision
     from ddrl.seeding import derive_seed
 
     tf.keras.utils.set_random_seed(derive_seed(cfg.run.seed, 0, "init"))
@@ -175,7 +176,8 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.toml").write_text(cfg.to_toml())
         attrs = {"config": cfg.to_json(), "world_size": world.size, "nodes": world.hosts,
-                 "versions": json.dumps(versions()), "sync_backend": sync.name}
+                 "versions": json.dumps(versions()), "sync_backend": sync.name,
+                 "precision": compute_precision(cfg.model)}
         if ckpt is None:
             attrs["start_time"] = datetime.datetime.now().astimezone().isoformat()
             log = RunLog.create(run_dir / "log.h5", attrs)
@@ -201,7 +203,8 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
         if cfg.eval.episodes:
             evaluator = BackgroundEvaluator(cfg, spec, cores, deterministic)
         say(f"[ddrl] {cfg.env.id} {cfg.node.mode} x {world.size} rank(s) on {world.hosts} "
-            f"host(s), {learner.num_params:,} parameters, sync {sync.name}, "
+            f"host(s), {learner.num_params:,} parameters in {compute_precision(cfg.model)}, "
+            f"sync {sync.name}, "
             f"run directory {run_dir}" + (f" (resumed at update {counters.update})"
                                           if ckpt else ""))
     if central_comm is not None:

@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
     from ddrl.acting import actors_class
     from ddrl.envs import env_spec
     from ddrl.learner import Learner
-    from ddrl.models import forward_flops
+    from ddrl.models import compute_precision, forward_flops
 
     obs_shape, obs_dtype, n_actions = env_spec(cfg)
     learner = Learner(cfg, obs_shape, obs_dtype, n_actions)
@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
     infer_batch, train_batch = batch_sizes(cfg)
     print(f"ddrl bench node {args.job}: {cfg.env.id}, {cfg.node.mode}, {cfg.node.n_sim} simulators, "
           f"net {cfg.model.arch} ({learner.num_params:,} params, "
-          f"{forward_flops(learner.model) / 1e6:.2f} MFLOP/obs), {cfg.model.precision}, "
+          f"{forward_flops(learner.model) / 1e6:.2f} MFLOP/obs), {compute_precision(cfg.model)}, "
           f"batches {infer_batch} (inference) / {train_batch} (training), "
           f"{args.ranks} rank(s) x {threads} thread(s), {args.seconds:g} s per part", flush=True)
 

@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 from ddrl.config import ModelConfig
-from ddrl.models import FramesToChannelsLast, build_model
+from ddrl.cpus import cpu_flags
+from ddrl.models import FramesToChannelsLast, build_model, compute_precision
 
 
 @pytest.mark.parametrize("precision,dtype,tolerance", [("float32", np.float32, 1e-7),
@@ -21,3 +22,11 @@ def test_stem_moves_channels_last_and_scales(precision, dtype, tolerance):
     want = np.transpose(frames, (0, 2, 3, 1)).astype(np.float32) / 255
     np.testing.assert_allclose(tf.cast(got, tf.float32).numpy(), want, atol=tolerance)
     tf.keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize("arch", ["a3c", "nature", "mlp"])
+def test_auto_precision_is_bfloat16_only_for_image_nets_on_amx(arch):
+    amx = "amx_bf16" in cpu_flags()
+    want = "bfloat16" if amx and arch != "mlp" else "float32"
+    assert compute_precision(ModelConfig(arch=arch, precision="auto")) == want
+    assert compute_precision(ModelConfig(arch=arch, precision="float32")) == "float32"
