@@ -53,7 +53,8 @@ class Learner:
               for f in self.algo.fields])
         # XLA fuses Adam's element-wise passes into one loop per variable: about 3x faster
         # than the unfused Keras update, which costs a quarter of a Nature-CNN training step
-        # on CPU. Only here: XLA's CPU convolutions are slower than oneDNN's.
+        # on CPU. Only here and in the input stem: XLA's CPU convolutions are slower than
+        # oneDNN's.
         self._apply = tf.function(self._apply_fn, jit_compile=True,
                                   autograph=False).get_concrete_function(
             tf.TensorSpec((self.num_params,), tf.float32))

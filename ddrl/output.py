@@ -8,6 +8,7 @@ as they come, and one write below PIPE_BUF is read in one piece.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -71,6 +72,7 @@ def quiet_native_logs() -> Iterator[None]:
         os.close(devnull)
 
 
+@functools.cache
 def spend_xla_first_logs() -> None:
     """XLA logs its lines once per process, at the first compile: a trivial compile here
     spends them quietly, so the compiles that come later (the network's input stem, Adam's
