@@ -12,6 +12,7 @@ cores and TensorFlow sizes its pools from that block:
 """
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -28,14 +29,15 @@ def cores_per_rank(requested: int, local_ranks: int) -> int:
     return max(1, mask // local_ranks if mask >= os.cpu_count() else mask)
 
 
-def cpu_flags() -> set[str]:
+@functools.cache
+def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags as Linux lists them (none where /proc/cpuinfo is unreadable)."""
     try:
         line = next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
                     if line.startswith("flags"))
     except (OSError, StopIteration):
-        return set()
-    return set(line.split(":", 1)[1].split())
+        return frozenset()
+    return frozenset(line.split(":", 1)[1].split())
 
 
 def configure_tensorflow(cores: int, deterministic: bool) -> None:

@@ -8,6 +8,8 @@ import os
 import platform
 from pathlib import Path
 
+from ddrl.cpus import cpu_flags
+
 # An older install may hold tensorflow-cpu instead of tensorflow: `info` names whichever is there.
 TENSORFLOW = ("tensorflow", "tensorflow-cpu")
 PACKAGES = ("tf-keras", "horovod", "mpi4py", "ale-py", "gymnasium", "h5py", "numpy")
@@ -63,8 +65,6 @@ def horovod_build() -> str:
 
 
 def cpu_features() -> list[str]:
-    from ddrl.cpus import cpu_flags
-
     flags = cpu_flags()
     return [f for f in CPU_FLAGS if f in flags]
 

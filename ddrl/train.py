@@ -175,9 +175,10 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
     if world.is_root:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.toml").write_text(cfg.to_toml())
+        precision = compute_precision(cfg.model)
         attrs = {"config": cfg.to_json(), "world_size": world.size, "nodes": world.hosts,
                  "versions": json.dumps(versions()), "sync_backend": sync.name,
-                 "precision": compute_precision(cfg.model)}
+                 "precision": precision}
         if ckpt is None:
             attrs["start_time"] = datetime.datetime.now().astimezone().isoformat()
             log = RunLog.create(run_dir / "log.h5", attrs)
@@ -203,7 +204,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
         if cfg.eval.episodes:
             evaluator = BackgroundEvaluator(cfg, spec, cores, deterministic)
         say(f"[ddrl] {cfg.env.id} {cfg.node.mode} x {world.size} rank(s) on {world.hosts} "
-            f"host(s), {learner.num_params:,} parameters in {compute_precision(cfg.model)}, "
+            f"host(s), {learner.num_params:,} parameters in {precision}, "
             f"sync {sync.name}, "
             f"run directory {run_dir}" + (f" (resumed at update {counters.update})"
                                           if ckpt else ""))
