@@ -212,10 +212,13 @@ def test_two_runs_on_one_directory_at_once_one_is_refused(run_dir):
 
 def test_a_full_disk_is_one_line_and_keeps_the_log_and_checkpoints(tmp_path):
     """A quota or a full scratch file system mid-run: HDF5 crashed the process before."""
-    with tmpfs(tmp_path / "disk", "size=600k") as disk:
+    # The log and TensorBoard fill the disk at ~50 kB/s after ~350 kB at start; a checkpoint every
+    # 0.6 s lands long before 1.2 MB is full however fast the CPU (at 600 kB and every 3 s the
+    # disk could fill before the first checkpoint).
+    with tmpfs(tmp_path / "disk", "size=1200k") as disk:
         run_dir = disk / "run"
         res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", "run.max_minutes=3",
-                   "--set", "run.checkpoint_minutes=0.05", "--set", "eval.target=none",
+                   "--set", "run.checkpoint_minutes=0.01", "--set", "eval.target=none",
                    timeout=300)
         assert_one_line_error(res, "No space left on device", str(run_dir))
         assert len(table(run_dir, "train")) > 0  # what was flushed reads
