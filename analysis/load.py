@@ -151,6 +151,9 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
         # A log of an older format version may lack a table: it reads as empty.
         tables = {t: pd.DataFrame(read_table(f, t)) if t in f
                   else pd.DataFrame(columns=[c for c, _ in TABLES[t]]) for t in TABLES}
+    # Evaluations of skipped weights are played after the one that hit the target (the
+    # trainer's backfill): in the order of the weights, the first row reaching it is the first.
+    tables["eval"] = tables["eval"].sort_values("update", kind="stable", ignore_index=True)
     return Run(path=log, name=name or _run_name(log), config=attrs.pop("config"),
                attrs=attrs, tables=tables)
 

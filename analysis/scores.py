@@ -46,7 +46,8 @@ def resolve_target(run: Run, target: float | None) -> float | None:
 
 
 def first_reaching(evals: pd.DataFrame, target: float) -> pd.Series | None:
-    """The first /eval row (in logged order) whose mean return is at or above the target."""
+    """The first /eval row (in the order of the weights' updates) whose mean return is at or
+    above the target."""
     hits = evals[evals["mean_return"] >= target]
     return None if hits.empty else hits.iloc[0]
 

@@ -150,7 +150,8 @@ DOCS = {
                      "simulators / `central.groups`)",
     "central.deadline_ms": "a batch closes this long after its first observation arrived, "
                            "full or not, so no actor waits long",
-    "eval.every": "updates between evaluations (rank 0's evaluator process, frozen weights)",
+    "eval.every": "updates between evaluations (rank 0's evaluator process, frozen weights); "
+                  "with a target, those skipped while it played are played once it is hit",
     "eval.episodes": "whole games per evaluation, unclipped rewards, no episodic life (0: none)",
     "eval.nice": "the evaluator process's niceness (0-19); at 19 it plays on the CPU time the "
                  "ranks leave idle and costs them little (docs/performance.md)",

@@ -72,11 +72,12 @@ def evaluator(share: float):
 @pytest.mark.parametrize("share", [1e-6, 1.0])
 def test_the_evaluator_process_plays_reports_its_cpu_and_keeps_its_share(share):
     from ddrl.learner import Learner
+    from ddrl.loop.evaluator import Snapshot
 
     cfg, spec, ev = evaluator(share)
     try:
         assert ev.within_budget()  # the first evaluation: nothing spent, nothing known
-        ev.start(Learner(cfg, *spec).get_weights(), update=7, frames=700, wall_time=1.5)
+        ev.start(Snapshot(Learner(cfg, *spec).get_weights(), update=7, frames=700, wall_time=1.5))
         assert ev.busy
         done = ev.poll(wait=True)
         assert (done.update, done.frames, done.wall_time, done.result.episodes) == (7, 700, 1.5, 4)
@@ -90,10 +91,11 @@ def test_the_evaluator_process_plays_reports_its_cpu_and_keeps_its_share(share):
 
 def test_a_failed_evaluation_is_one_error_line():
     from ddrl.errors import DdrlError
+    from ddrl.loop.evaluator import Snapshot
 
     _, _, ev = evaluator(1.0)
     try:
-        ev.start(np.zeros(3, np.float32), update=3, frames=30, wall_time=0.1)
+        ev.start(Snapshot(np.zeros(3, np.float32), update=3, frames=30, wall_time=0.1))
         with pytest.raises(DdrlError, match=r"^the evaluation of update 3 failed: \w+Error: "):
             ev.poll(wait=True)
     finally:

@@ -92,11 +92,21 @@ WORKER_DEATHS = 3
 
 
 @dataclass
-class _Pending:
+class Snapshot:
+    """Weights to evaluate, and the update, frames and wall time at which they were taken."""
+    weights: np.ndarray
     update: int
     frames: int
     wall_time: float
-    weights: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return self.weights.nbytes
+
+
+@dataclass
+class _Pending:
+    snapshot: Snapshot
     started: float
 
 
@@ -131,13 +141,13 @@ class BackgroundEvaluator:
         allowed = share * self._cores * (time.monotonic() - self._since)
         return share >= 1.0 or self._cpu + self._last_cpu <= allowed
 
-    def start(self, weights: np.ndarray, update: int, frames: int, wall_time: float) -> None:
+    def start(self, snapshot: Snapshot) -> None:
         if self._proc is None:
             self._spawn()
-        seed = derive_seed(self._cfg.run.seed, 0, f"eval/{update}")
-        self._pending = _Pending(update, frames, wall_time, weights, time.monotonic())
+        seed = derive_seed(self._cfg.run.seed, 0, f"eval/{snapshot.update}")
+        self._pending = _Pending(snapshot, time.monotonic())
         try:
-            self._to.send((weights, update, self._cfg.eval.episodes, seed))
+            self._to.send((snapshot.weights, snapshot.update, self._cfg.eval.episodes, seed))
         except OSError:
             pass  # a worker that died: poll tells
 
@@ -169,7 +179,7 @@ class BackgroundEvaluator:
         try:
             message = self._from.recv()
         except (EOFError, OSError):
-            self._worker_died(pending.update)
+            self._worker_died(pending.snapshot.update)
             return None
         if message[0] == "error":
             last = message[2].strip().splitlines()[-1]
@@ -178,8 +188,9 @@ class BackgroundEvaluator:
         self._deaths = 0
         self._cpu += cpu
         self._last_cpu = cpu
-        return EvalDone(pending.update, pending.frames, pending.wall_time, result,
-                        pending.weights, time.monotonic() - pending.started, cpu)
+        snap = pending.snapshot
+        return EvalDone(snap.update, snap.frames, snap.wall_time, result, snap.weights,
+                        time.monotonic() - pending.started, cpu)
 
     def _worker_died(self, update: int) -> None:
         code = self._proc.wait()

@@ -34,7 +34,7 @@ from ddrl.loop.bookkeeping import (
     side_channel,
     stop_reason,
 )
-from ddrl.loop.evaluator import BackgroundEvaluator, EvalDone, evaluate
+from ddrl.loop.evaluator import BackgroundEvaluator, EvalDone, Snapshot, evaluate
 from ddrl.loop.faults import Faults
 from ddrl.loop.progress import Progress
 from ddrl.output import say
@@ -43,6 +43,9 @@ from ddrl.signals import StopSignals
 
 EXIT_SIGNALLED = 3
 EXIT_NONFINITE = 5
+# The weights kept for evaluations skipped while the evaluator played (see _maybe_start_eval):
+# at most this many bytes, the oldest dropped first.
+SKIPPED_BYTES = 256 << 20
 
 
 class Trainer:
@@ -65,6 +68,10 @@ class Trainer:
         self._nonfinite_streak = 0
         self._target_reached = False
         self._eval_mark = counters.update  # the update of the last evaluation started
+        self._skip_mark = counters.update  # the update of the last snapshot kept
+        self._skipped: list[Snapshot] = []  # due while the evaluator played, since its start
+        self._gap: list[Snapshot] = []  # those skipped before the evaluation in progress
+        self._backfill: list[Snapshot] = []  # those skipped before the one that hit the target
         self._best = checkpoint.best_score(run_dir / "checkpoints") if world.is_root else None
         self._last_checkpoint = time.monotonic()
         # Periodic checkpoints are written off the training thread (a large net's .npz takes
@@ -195,17 +202,56 @@ class Trainer:
 
     def _maybe_start_eval(self) -> None:
         """At each eval.every-th update, or at the first after it when the evaluator was still
-        playing or over its CPU share then."""
+        playing or over its CPU share then: the newest weights first, so the run follows its
+        progress. With a target, the weights due meanwhile are kept: once the target is hit,
+        those skipped before the hit are played (`_play_backfill`), so the time to target is
+        the one an evaluation every eval.every updates would have found, not the evaluator's
+        pace (a nice-19 evaluator takes minutes per evaluation of long games)."""
         c, ev, every = self.counters, self.evaluator, self.cfg.eval.every
-        if ev is not None and self.cfg.eval.episodes and c.update // every > self._eval_mark // every \
-                and not ev.busy and ev.within_budget():
-            ev.start(self.learner.get_weights(), c.update, c.frames, c.wall_time)
-            self._eval_mark = c.update
+        if ev is None or not self.cfg.eval.episodes or self._target_reached \
+                or c.update // every <= self._eval_mark // every:
+            return
+        if not ev.busy and ev.within_budget():
+            ev.start(self._snapshot())
+            self._gap, self._skipped = self._skipped, []
+            self._eval_mark = self._skip_mark = c.update
+        elif self.cfg.eval.target is not None and c.update // every > self._skip_mark // every:
+            self._skipped.append(self._snapshot())
+            self._skip_mark = c.update
+            while sum(s.nbytes for s in self._skipped) > SKIPPED_BYTES:
+                self._skipped.pop(0)
+
+    def _snapshot(self) -> Snapshot:
+        c = self.counters
+        return Snapshot(self.learner.get_weights(), c.update, c.frames, c.wall_time)
 
     def _poll_eval(self, wait: bool, stop: threading.Event | None = None) -> None:
         done = self.evaluator.poll(wait=wait, stop=stop) if self.evaluator is not None else None
         if done is not None:
+            gap, self._gap = self._gap, []
             self._log_eval(done)
+            if self._target_reached and not self._backfill:
+                self._backfill = gap
+
+    def _play_backfill(self, stop: threading.Event) -> None:
+        """The weights skipped before the evaluation that hit the target, oldest first, until
+        one reaches it too (the run is over: the evaluator has the cores). Each is logged
+        with its own update, frames and wall time, after the hit: /eval is in logged order,
+        which `analysis` sorts by update."""
+        if not self._backfill:
+            return
+        first, last = self._backfill[0].update, self._backfill[-1].update
+        say(f"[ddrl] target reached; evaluating the {len(self._backfill)} weights skipped before "
+            f"the ones that reached it (updates {first}-{last}), oldest first")
+        for snap in self._backfill:
+            if stop.is_set():
+                return
+            self.evaluator.start(snap)
+            done = self.evaluator.poll(wait=True, stop=stop)
+            if done is not None:
+                self._log_eval(done)
+                if done.result.mean >= self.cfg.eval.target:
+                    return
 
     def _log_eval(self, done: EvalDone) -> None:
         res = done.result
@@ -214,7 +260,8 @@ class Trainer:
                                  "std_return": res.std, "max_return": res.max,
                                  "episodes": res.episodes, "seconds": done.seconds,
                                  "cpu_seconds": done.cpu_seconds})
-        self.progress.eval_score = res.mean
+        if done.update >= self._eval_mark:  # not a backfilled one: the newest score
+            self.progress.eval_score = res.mean
         if self._best is None or res.mean > self._best:
             self._best = res.mean
             checkpoint.save_best(self.run_dir / "checkpoints", checkpoint.Checkpoint(
@@ -291,6 +338,7 @@ class Trainer:
         c = self.counters
         if reason != "signal":
             self._poll_eval(wait=True, stop=signalled)
+            self._play_backfill(signalled)
         if self.evaluator is not None:
             self.evaluator.cancel()
         complete = True

@@ -105,21 +105,33 @@ class FakeActors:
 
 
 class FakeEvaluator:
-    """Finishes an evaluation at once with the score `score(update)`."""
+    """Scores the weights of update u `score(u)`, read at the `polls`-th poll after the start
+    (one poll an update), or at once by a poll that waits."""
 
-    def __init__(self, score):
-        self._score = score
+    def __init__(self, score, polls: int = 1):
+        self._score, self._polls = score, polls
         self._done: EvalDone | None = None
-        self.busy = False
+        self._left = 0
+        self.started: list[int] = []
 
-    def start(self, weights, update, frames, wall_time) -> None:
-        self._done = EvalDone(update, frames, wall_time,
-                              EvalResult(self._score(update), 0.0, self._score(update), 10), weights)
+    @property
+    def busy(self) -> bool:
+        return self._done is not None
+
+    def start(self, snap) -> None:
+        self.started.append(snap.update)
+        score = self._score(snap.update)
+        self._done = EvalDone(snap.update, snap.frames, snap.wall_time,
+                              EvalResult(score, 0.0, score, 10), snap.weights)
+        self._left = self._polls
 
     def within_budget(self) -> bool:
         return True
 
     def poll(self, wait: bool = False, stop=None) -> EvalDone | None:
+        self._left -= 1
+        if self._left > 0 and not wait:
+            return None
         out, self._done = self._done, None
         return out
 
@@ -260,3 +272,24 @@ def test_a_stop_signal_in_the_final_evaluation_cuts_it_short_and_still_checkpoin
     assert 5 <= learner.predictions < 2000 // 16  # far fewer than the games asked for
     assert checkpoint.load(checkpoint.latest(tmp_path / "checkpoints")).update == 4
     assert len(rows(tmp_path, "eval")) == 0
+
+
+def test_weights_skipped_while_the_evaluator_played_are_evaluated_after_the_target_is_hit(
+        tmp_path):
+    """Evaluations take 7 updates, so of the weights due every 2 updates three in four wait.
+    Those of update 20 reach the target first but are skipped; 23's are evaluated and hit it.
+    The run ends, then the weights skipped before 23 play, oldest first, until one hits:
+    18 (below), 20; 22 is never played. The run's time to target is 20's."""
+    from analysis.load import load_run
+    from analysis.scores import first_reaching
+
+    evaluator = FakeEvaluator(score=lambda update: update if update >= 20 else 0.0, polls=7)
+    trainer = make_trainer(tmp_path, ["run.max_frames=100000", "eval.every=2", "eval.target=18"],
+                           evaluator=evaluator)
+    assert run(trainer) == 0
+    assert evaluator.started == [2, 9, 16, 23, 18, 20]
+    assert rows(tmp_path, "eval")["update"].tolist() == evaluator.started
+    hit = first_reaching(load_run(tmp_path)["eval"], 18.0)
+    assert (hit["update"], hit["frames"]) == (20, 20 * FRAMES_PER_BATCH)
+    # 23's score is read at update 30; the stop travels in the next: no evaluation after it.
+    assert trainer.counters.update == 31 and trainer.progress.eval_score == 23  # the newest
