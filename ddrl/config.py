@@ -44,6 +44,10 @@ class EnvConfig:
     # a random number (up to this many) of random actions.
     decorrelate: int = 200
     env_threads: int = 1
+    # Classic control: the indices of the state the observation shows ([]: all of it).
+    # CartPole's positions alone ([0, 2]) are a game one observation does not show, for
+    # recurrent nets.
+    observe: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -120,6 +124,9 @@ class AlgoConfig:
     # (rho-bar) and in the trace (c-bar); IMPALA's 1.0 for both.
     rho_clip: float = 1.0
     c_clip: float = 1.0
+    # a2c, ppo on the a2c node: units of an LSTM between the torso and the actor-critic head
+    # (0: none); each simulator's rollout is one sequence, unrolled from its acting state.
+    recurrent: int = 0
 
 
 @dataclass
@@ -313,6 +320,7 @@ _RANGES = {
     "algo.ratio_clip": (0.0, None, False), "algo.gae_lambda": (0.0, 1.0, True),
     "algo.epochs": (1, None, True), "algo.minibatches": (1, None, True),
     "algo.rho_clip": (0.0, None, False), "algo.c_clip": (0.0, None, False),
+    "algo.recurrent": (0, None, True),
     "dqn.replay_frames": (1, None, True), "dqn.prepopulate": (0, None, True),
     "dqn.target_period": (1, None, True), "dqn.train_period": (1, None, True),
     "dqn.n_step": (1, None, True), "dqn.eps_start": (0.0, 1.0, True),
@@ -417,8 +425,9 @@ def flat_values(cfg: Config) -> dict[str, Any]:
 
 # What a run's checkpoints are the weights and optimizer state of: a resume that changes one
 # of these cannot load them, or would go on with one game's policy in another game.
-IDENTITY_KEYS = ("env.id", "env.size", "model.arch", "model.fc", "model.hidden", "algo.name",
-                 "dqn.dueling", "dqn.atoms", "dqn.recurrent", "optim.optimizer")
+IDENTITY_KEYS = ("env.id", "env.size", "env.observe", "model.arch", "model.fc", "model.hidden", "algo.name",
+                 "dqn.dueling", "dqn.atoms", "dqn.recurrent", "algo.recurrent",
+                 "optim.optimizer")
 
 
 def identity_changes(cfg: Config, saved_toml: str) -> list[str]:
@@ -449,6 +458,11 @@ def validate(cfg: Config) -> None:
         # Adam divides by 1 - beta**t: at 1.0 the step is NaN (beta1) or zero (beta2).
         if values[key] >= 1.0:
             raise DdrlError(f"config key {key}: {values[key]} is out of range (must be < 1)")
+    if cfg.env.observe and cfg.is_atari:
+        raise DdrlError("config key env.observe: picks parts of a classic-control state; an "
+                        "Atari game's observation is its frames")
+    if len(set(cfg.env.observe)) != len(cfg.env.observe) or any(i < 0 for i in cfg.env.observe):
+        raise DdrlError(f"config key env.observe: {cfg.env.observe} must be distinct indices >= 0")
     if any(width < 1 for width in cfg.model.hidden):
         raise DdrlError(f"config key model.hidden: {cfg.model.hidden} has a layer of no units")
     rollout = cfg.node.n_sim * cfg.node.t_max * cfg.env.frame_skip
@@ -460,6 +474,14 @@ def validate(cfg: Config) -> None:
                         "eval.episodes = 0 (no evaluations): also set eval.target = none")
     if cfg.node.mode == "ba3c" and cfg.node.n_sim < cfg.node.predictors:
         raise DdrlError("config key node.predictors: more predictor threads than simulators (node.n_sim)")
+    if cfg.algo.recurrent and (cfg.node.mode != "a2c" or cfg.algo.name not in ("a2c", "ppo")):
+        raise DdrlError("config key algo.recurrent: a recurrent actor-critic learns on each "
+                        "simulator's whole rollout: node.mode = 'a2c' with algo.name 'a2c' or "
+                        "'ppo' (R2D2 is dqn.recurrent)")
+    if cfg.algo.recurrent and cfg.algo.minibatches > cfg.node.n_sim:
+        raise DdrlError(f"config key algo.minibatches: {cfg.algo.minibatches} minibatches of "
+                        f"{cfg.node.n_sim} simulators' rollouts (each is one sequence of a "
+                        "recurrent network)")
     if cfg.node.mode == "a2c" and cfg.algo.minibatches > cfg.node.n_sim * cfg.node.t_max:
         raise DdrlError("config key algo.minibatches: more minibatches than data points in a "
                         "rollout (node.n_sim x node.t_max)")

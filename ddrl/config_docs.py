@@ -35,6 +35,8 @@ DOCS = {
     "env.decorrelate": "start-state decorrelation: each simulator first takes a random number "
                        "(up to this) of random actions; they stay part of its first game",
     "env.env_threads": "C++ threads of each ale-py vector env",
+    "env.observe": "classic control: the indices of the state the observation shows ([]: all); "
+                   "CartPole's positions alone, [0, 2], need a recurrent net",
     "run.seed": "all seeds (per rank, simulator, evaluation) derive from it",
     "run.max_frames": "stop after this many emulator frames (all ranks together)",
     "run.max_minutes": "stop after this many minutes of training (0: no limit)",
@@ -82,6 +84,8 @@ DOCS = {
     "algo.rho_clip": "V-trace: truncation of the importance weights pi/mu in the targets "
                      "(rho-bar)",
     "algo.c_clip": "V-trace: truncation of the importance weights in the trace (c-bar)",
+    "algo.recurrent": "a2c, ppo on the a2c node: units of an LSTM between the torso and the "
+                      "actor-critic head (0: none); each simulator's rollout is one sequence",
     "dqn.replay_frames": "replay memory capacity per rank, in frames (each stored once)",
     "dqn.prepopulate": "agent steps of uniformly random play before learning",
     "dqn.target_period": "agent steps between target-network updates (C)",

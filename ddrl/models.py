@@ -87,9 +87,10 @@ def build_model(cfg: ModelConfig, obs_shape: tuple[int, ...], n_actions: int,
     "dueling_categorical": a distribution over the atoms of `support` per action, Q its mean).
     The greedy action is the argmax of the first output for every head.
 
-    `recurrent` > 0 (a Q head; R2D2): an LSTM of that many units between the torso and the
-    head, over sequences. Inputs (observations (B, T, ...), game starts (B, T), h (B, units),
-    c (B, units)); outputs (Q (B, T, A), max_a Q (B, T), h, c) after the last step."""
+    `recurrent` > 0 (R2D2's Q head, or the actor-critic one): an LSTM of that many units
+    between the torso and the head, over sequences. Inputs (observations (B, T, ...), game
+    starts (B, T), h (B, units), c (B, units)); outputs the head's two per step ((B, T, A) and
+    (B, T)), then h and c after the last step."""
     tf.keras.mixed_precision.set_global_policy(
         "mixed_bfloat16" if compute_precision(cfg) == "bfloat16" else "float32")
     inputs, x = _torso(cfg, obs_shape)
@@ -102,8 +103,12 @@ def build_model(cfg: ModelConfig, obs_shape: tuple[int, ...], n_actions: int,
                              starts[..., None]])
         x, h_out, c_out = L.RNN(ResettingLSTMCell(recurrent), return_sequences=True,
                                 return_state=True)(x, initial_state=[h, c])
-        q = _q_head(x, n_actions, None, head.startswith("dueling"))
-        return tf.keras.Model([obs, starts, h, c], [q, tf.reduce_max(q, axis=-1), h_out, c_out],
+        if head == "actor_critic":
+            outputs = _actor_critic_head(x, n_actions, cfg.arch != "mlp")
+        else:
+            q = _q_head(x, n_actions, None, head.startswith("dueling"))
+            outputs = [q, tf.reduce_max(q, axis=-1)]
+        return tf.keras.Model([obs, starts, h, c], [*outputs, h_out, c_out],
                               name=f"{cfg.arch}-{head}-lstm")
     if head != "actor_critic":
         q = _q_head(x, n_actions, support, head.startswith("dueling"))
@@ -112,14 +117,19 @@ def build_model(cfg: ModelConfig, obs_shape: tuple[int, ...], n_actions: int,
         log_p = tf.nn.log_softmax(q, axis=-1)
         mean = tf.reduce_sum(tf.exp(log_p) * tf.constant(support, tf.float32), axis=-1)
         return tf.keras.Model(inputs, [mean, log_p], name=f"{cfg.arch}-{head}")
+    return tf.keras.Model(inputs, _actor_critic_head(x, n_actions, cfg.arch != "mlp"),
+                          name=cfg.arch)
+
+
+def _actor_critic_head(x: tf.Tensor, n_actions: int, image: bool) -> list[tf.Tensor]:
+    """Policy logits and the value (without its last axis of 1), on features (..., F)."""
     # Image nets: a small policy head starts the policy uniform, whatever the features. The
     # MLP keeps Keras' defaults, on which the CartPole checks and figures were measured.
-    image = cfg.arch != "mlp"
     logits = L.Dense(n_actions, dtype="float32", name="policy",
                      kernel_initializer=_orthogonal(0.01) if image else "glorot_uniform")(x)
     value = L.Dense(1, dtype="float32", name="value",
                     kernel_initializer=_orthogonal(1.0) if image else "glorot_uniform")(x)
-    return tf.keras.Model(inputs, [logits, tf.squeeze(value, -1)], name=cfg.arch)
+    return [logits, tf.squeeze(value, -1)]
 
 
 def _torso(cfg: ModelConfig, obs_shape: tuple[int, ...]) -> tuple[tf.Tensor, tf.Tensor]:

@@ -13,6 +13,7 @@ come from the weights before the update (the trainer sees it as a policy lag of 
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from ddrl.algos.base import log_prob
 from ddrl.algos.batch import Batch, Rollout
 from ddrl.config import Config
 from ddrl.envs import SimPool, Step
-from ddrl.learner import Learner, sample_actions
+from ddrl.learner import Learner, RecurrentState, sample_actions
 
 
 class A2CActors(Actors):
@@ -40,24 +41,36 @@ class A2CActors(Actors):
         self._logp: list[np.ndarray] = [np.empty(0, np.float32)] * len(groups)
         self._values: list[np.ndarray] = [np.empty(0, np.float32)] * len(groups)
         self._acted_at = [0] * len(groups)
+        # A recurrent network's (algo.recurrent): each simulator's LSTM state, the state each
+        # acted from at its group's last step, and whether that step's observation began a game.
+        self._states = [RecurrentState(len(members), learner.recurrent) for members in groups]
+        self._state_in: list[np.ndarray] = [np.empty(0, np.float32)] * len(groups)
+        self._starts: list[np.ndarray] = [np.ones(len(members), bool) for members in groups]
         # Minibatches of the last rollout still to train on (several with PPO's epochs).
         self._pending: list[Batch] = []
         for g in range(len(groups)):
-            self._act(g, self._recv(g).obs)
+            self._act(g, self._recv(g).obs, self._starts[g])
 
     def _recv(self, group: int) -> Step:
         pool = self.pools[group]
         step = pool.recv()
-        step.reward = self.bootstrap_truncated(step)
         # A group is stepped whole, but the vector env may list its simulators in any order.
         order = np.argsort(step.env_ids, kind="stable")
         step.reorder(order)
+        step.reward = self.bootstrap_truncated(
+            step, partial(self._states[group].peek, self.learner.predict, rows=step.truncated))
         self.record(len(order) * pool.frames_per_step, step.episodes)
         return step
 
-    def _act(self, group: int, obs: np.ndarray) -> np.ndarray:
-        """Sends the group its next actions; returns the values of `obs`."""
-        logits, values = self.learner.predict(obs)
+    def _act(self, group: int, obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """Sends the group its next actions; returns the values of `obs`, whose `starts`
+        begin a new game."""
+        state = self._states[group]
+        self._starts[group] = starts
+        if state.units:
+            state.reset(starts)
+            self._state_in[group] = state.state()
+        logits, values = state.step(self.learner.predict, obs)
         actions = sample_actions(logits, self._rngs[group])
         self.pools[group].send(actions)
         self._obs[group], self._actions[group], self._acted_at[group] = obs, actions, self.update
@@ -72,6 +85,8 @@ class A2CActors(Actors):
     def _rollout(self) -> Batch:
         n = self.cfg.node
         bootstrap = [np.empty(0, np.float32)] * len(self.pools)
+        # The state each simulator acted from at the rollout's first step (recurrent only).
+        first_state = list(self._state_in)
         steps = []
         t_sim = t_predict = 0.0
         for _ in range(n.t_max):
@@ -82,8 +97,9 @@ class A2CActors(Actors):
                 t1 = time.perf_counter()
                 parts.append((self._obs[g], self._actions[g],
                               np.full(len(step.env_ids), self._acted_at[g], np.int64),
-                              step.reward, step.done, self._values[g], self._logp[g]))
-                bootstrap[g] = self._act(g, step.obs)
+                              step.reward, step.done, self._values[g], self._logp[g],
+                              self._starts[g]))
+                bootstrap[g] = self._act(g, step.obs, step.done)
                 t_sim += t1 - t0
                 t_predict += time.perf_counter() - t1
             steps.append([np.concatenate(column) for column in zip(*parts)])
@@ -91,12 +107,19 @@ class A2CActors(Actors):
             self.t_sim += t_sim
             self.t_predict += t_predict
         # (t_max, n_sim, ...) arrays: time-major, simulators in a fixed order.
-        obs, actions, acted_at, rewards, dones, values, logp = (np.stack(column)
-                                                                 for column in zip(*steps))
+        obs, actions, acted_at, rewards, dones, values, logp, starts = (
+            np.stack(column) for column in zip(*steps))
         # Acting and learning weights differ by at most the first actions of each rollout, so
         # off-policy algorithms take the actor's policy as the learner's here.
         targets = self.learner.algo.targets(Rollout(rewards, dones.astype(np.float32), values,
                                                     logp, np.concatenate(bootstrap)))
+        if self.learner.recurrent:
+            # One data point per simulator: its whole rollout, simulator-major.
+            targets = {k: v.swapaxes(0, 1) for k, v in targets.items()}
+            targets["starts"] = starts.swapaxes(0, 1).astype(np.float32)
+            targets["state"] = np.concatenate(first_state)
+            return Batch(obs.swapaxes(0, 1), actions.swapaxes(0, 1), acted_at.swapaxes(0, 1),
+                         targets)
         size = n.t_max * n.n_sim
         return Batch(obs.reshape(size, *obs.shape[2:]), actions.reshape(size),
                      acted_at.reshape(size), {k: v.reshape(size) for k, v in targets.items()})

@@ -12,8 +12,10 @@ def make_algorithm(cfg: Config) -> Algorithm:
     from ddrl.algos.dqn import DQN
     from ddrl.algos.ppo import PPO
     from ddrl.algos.r2d2 import R2D2
+    from ddrl.algos.recurrent import OverSequences
     from ddrl.algos.vtrace import APPO, VTrace
 
     if cfg.algo.name == "dqn" and cfg.dqn.recurrent:
         return R2D2(cfg)
-    return {"a2c": A2C, "ppo": PPO, "vtrace": VTrace, "appo": APPO, "dqn": DQN}[cfg.algo.name](cfg)
+    algo = {"a2c": A2C, "ppo": PPO, "vtrace": VTrace, "appo": APPO, "dqn": DQN}[cfg.algo.name](cfg)
+    return OverSequences(cfg, algo) if cfg.algo.recurrent else algo

@@ -241,6 +241,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.job, args.set, check_env=check_env_id)
     if cfg.node.mode == "dqn":
         raise DdrlError("a DQN job: its speed test is `ddrl bench dqn JOB`")
+    if cfg.algo.recurrent:
+        raise DdrlError("a recurrent actor-critic (algo.recurrent): the network-alone ceiling "
+                        "is measured for feed-forward nets; `ddrl train` logs its frames/s")
     threads = cores_per_rank(cfg.node.threads, args.ranks)
     configure_tensorflow(threads, deterministic=cfg.node.mode == "a2c")
 

@@ -30,3 +30,24 @@ def test_auto_precision_is_bfloat16_only_for_image_nets_on_amx(arch):
     want = "bfloat16" if amx and arch != "mlp" else "float32"
     assert compute_precision(ModelConfig(arch=arch, precision="auto")) == want
     assert compute_precision(ModelConfig(arch=arch, precision="float32")) == "float32"
+
+
+def test_a_recurrent_actor_critic_carries_its_state_and_drops_it_where_a_game_starts():
+    """Unrolled over two halves of a sequence from the state the first half ends in, the net
+    gives the outputs of one unroll over the whole; a game start zeroes the state."""
+    model = build_model(ModelConfig(arch="mlp", hidden=[8]), (4,), 3, recurrent=5)
+    rng = np.random.default_rng(0)
+    obs = rng.standard_normal((2, 6, 4)).astype(np.float32)
+    starts = np.zeros((2, 6), np.float32)
+    h = c = np.zeros((2, 5), np.float32)
+    logits, values, h_end, c_end = model([obs, starts, h, c])
+    assert logits.shape == (2, 6, 3) and values.shape == (2, 6) and h_end.shape == (2, 5)
+    _, first_values, h_mid, c_mid = model([obs[:, :3], starts[:, :3], h, c])
+    _, later_values, _, _ = model([obs[:, 3:], starts[:, 3:], h_mid, c_mid])
+    np.testing.assert_allclose(np.concatenate([first_values, later_values], 1), values,
+                               atol=1e-6)
+    starts[:, 3] = 1  # a new game at step 3: what follows ignores the state it arrives with
+    _, fresh, _, _ = model([obs[:, 3:], starts[:, 3:], h_mid, c_mid])
+    _, from_zero, _, _ = model([obs[:, 3:], starts[:, 3:], h, c])
+    np.testing.assert_allclose(fresh, from_zero, atol=1e-6)
+    assert not np.allclose(fresh, later_values, atol=1e-4)
