@@ -425,8 +425,8 @@ def flat_values(cfg: Config) -> dict[str, Any]:
 
 # What a run's checkpoints are the weights and optimizer state of: a resume that changes one
 # of these cannot load them, or would go on with one game's policy in another game.
-IDENTITY_KEYS = ("env.id", "env.size", "env.observe", "model.arch", "model.fc", "model.hidden", "algo.name",
-                 "dqn.dueling", "dqn.atoms", "dqn.recurrent", "algo.recurrent",
+IDENTITY_KEYS = ("env.id", "env.size", "env.observe", "model.arch", "model.fc", "model.hidden",
+                 "algo.name", "algo.recurrent", "dqn.dueling", "dqn.atoms", "dqn.recurrent",
                  "optim.optimizer")
 
 
