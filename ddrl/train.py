@@ -204,8 +204,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
         if cfg.eval.episodes:
             evaluator = BackgroundEvaluator(cfg, spec, cores, deterministic)
         say(f"[ddrl] {cfg.env.id} {cfg.node.mode} x {world.size} rank(s) on {world.hosts} "
-            f"host(s), {learner.num_params:,} parameters in {precision}, "
-            f"sync {sync.name}, "
+            f"host(s), {learner.num_params:,} parameters in {precision}, sync {sync.name}, "
             f"run directory {run_dir}" + (f" (resumed at update {counters.update})"
                                           if ckpt else ""))
     if central_comm is not None:

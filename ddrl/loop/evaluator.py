@@ -99,10 +99,6 @@ class Snapshot:
     frames: int
     wall_time: float
 
-    @property
-    def nbytes(self) -> int:
-        return self.weights.nbytes
-
 
 @dataclass
 class _Pending:

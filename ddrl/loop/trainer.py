@@ -68,10 +68,10 @@ class Trainer:
         self._nonfinite_streak = 0
         self._target_reached = False
         self._eval_mark = counters.update  # the update of the last evaluation started
-        self._skip_mark = counters.update  # the update of the last snapshot kept
         self._skipped: list[Snapshot] = []  # due while the evaluator played, since its start
-        self._gap: list[Snapshot] = []  # those skipped before the evaluation in progress
-        self._backfill: list[Snapshot] = []  # those skipped before the one that hit the target
+        # Those skipped before the last evaluation started: after a hit, before the hit (no
+        # evaluation starts after one).
+        self._gap: list[Snapshot] = []
         self._best = checkpoint.best_score(run_dir / "checkpoints") if world.is_root else None
         self._last_checkpoint = time.monotonic()
         # Periodic checkpoints are written off the training thread (a large net's .npz takes
@@ -214,12 +214,12 @@ class Trainer:
         if not ev.busy and ev.within_budget():
             ev.start(self._snapshot())
             self._gap, self._skipped = self._skipped, []
-            self._eval_mark = self._skip_mark = c.update
-        elif self.cfg.eval.target is not None and c.update // every > self._skip_mark // every:
+            self._eval_mark = c.update
+            return
+        last_kept = self._skipped[-1].update if self._skipped else self._eval_mark
+        if self.cfg.eval.target is not None and c.update // every > last_kept // every:
             self._skipped.append(self._snapshot())
-            self._skip_mark = c.update
-            while sum(s.nbytes for s in self._skipped) > SKIPPED_BYTES:
-                self._skipped.pop(0)
+            del self._skipped[:-max(1, SKIPPED_BYTES // self._skipped[-1].weights.nbytes)]
 
     def _snapshot(self) -> Snapshot:
         c = self.counters
@@ -228,22 +228,19 @@ class Trainer:
     def _poll_eval(self, wait: bool, stop: threading.Event | None = None) -> None:
         done = self.evaluator.poll(wait=wait, stop=stop) if self.evaluator is not None else None
         if done is not None:
-            gap, self._gap = self._gap, []
             self._log_eval(done)
-            if self._target_reached and not self._backfill:
-                self._backfill = gap
 
     def _play_backfill(self, stop: threading.Event) -> None:
         """The weights skipped before the evaluation that hit the target, oldest first, until
         one reaches it too (the run is over: the evaluator has the cores). Each is logged
         with its own update, frames and wall time, after the hit: /eval is in logged order,
         which `analysis` sorts by update."""
-        if not self._backfill:
+        if not self._target_reached or not self._gap:
             return
-        first, last = self._backfill[0].update, self._backfill[-1].update
-        say(f"[ddrl] target reached; evaluating the {len(self._backfill)} weights skipped before "
+        first, last = self._gap[0].update, self._gap[-1].update
+        say(f"[ddrl] target reached; evaluating the {len(self._gap)} weights skipped before "
             f"the ones that reached it (updates {first}-{last}), oldest first")
-        for snap in self._backfill:
+        for snap in self._gap:
             if stop.is_set():
                 return
             self.evaluator.start(snap)
