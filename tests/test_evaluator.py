@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -28,14 +29,13 @@ def start(run_dir: Path, *sets: str) -> subprocess.Popen:
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
-def worker_of(pid: int, timeout: float = 90, other_than: int = 0) -> int:
-    """The pid of `pid`'s evaluator process, once it has one (not `other_than`)."""
+def worker_of(proc: subprocess.Popen, timeout: float = 90, other_than: int = 0) -> int:
+    """The pid of the run's evaluator process, once it has one (not `other_than`). A run that
+    ends or outlasts `timeout` first fails the test with what it printed, and, when it still
+    runs, where its threads are (py-spy)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        except FileNotFoundError:
-            break
+    while time.monotonic() < deadline and proc.poll() is None:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
         for child in (c for c in map(int, children) if c != other_than):
             try:
                 if b"ddrl.loop.eval_worker" in Path(f"/proc/{child}/cmdline").read_bytes():
@@ -43,7 +43,13 @@ def worker_of(pid: int, timeout: float = 90, other_than: int = 0) -> int:
             except FileNotFoundError:
                 continue
         time.sleep(0.2)
-    raise AssertionError(f"no evaluator process under {pid} within {timeout} s")
+    stacks = "" if proc.poll() is not None else subprocess.run(
+        [str(Path(sys.executable).with_name("py-spy")), "dump", "--pid", str(proc.pid)],
+        capture_output=True, text=True, timeout=60).stdout
+    proc.kill()
+    out, err = proc.communicate(timeout=30)
+    raise AssertionError(f"no evaluator process under {proc.pid} within {timeout} s (exit "
+                         f"status {proc.returncode}):\n{stacks}\n{out}\n{err}")
 
 
 def gone(pid: int, timeout: float = 30) -> bool:
@@ -105,9 +111,9 @@ def test_a_failed_evaluation_is_one_error_line():
 def test_a_killed_evaluator_is_replaced_and_the_run_goes_on(run_dir):
     proc = start(run_dir, "--set", "run.max_minutes=0.6", "--set", "run.max_frames=100000000")
     try:
-        first = worker_of(proc.pid)
+        first = worker_of(proc)
         os.kill(first, signal.SIGKILL)
-        second = worker_of(proc.pid, other_than=first)
+        second = worker_of(proc, other_than=first)
         out, err = proc.communicate(timeout=240)
     finally:
         proc.kill()
@@ -136,7 +142,7 @@ def test_rank0_killed_takes_its_evaluator_with_it(run_dir):
     """At eval.nice 19 once started: all its threads, TensorFlow's pools included."""
     proc = start(run_dir, "--set", "run.max_frames=100000000", "--set", "eval.nice=19")
     try:
-        worker = worker_of(proc.pid)
+        worker = worker_of(proc)
         deadline = time.monotonic() + 90
         while niceness(worker) != {19} and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -157,7 +163,7 @@ def test_a_signal_to_the_process_group_stops_the_run_once_and_quietly(run_dir, s
     `ddrl: interrupted`), the evaluator ends with it, and no process prints a traceback."""
     proc = start(run_dir, "--set", "run.max_frames=100000000")
     try:
-        worker = worker_of(proc.pid)
+        worker = worker_of(proc)
         time.sleep(1.0)
         os.killpg(proc.pid, sig)
         out, err = proc.communicate(timeout=120)
