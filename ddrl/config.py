@@ -474,14 +474,22 @@ def validate(cfg: Config) -> None:
                         "eval.episodes = 0 (no evaluations): also set eval.target = none")
     if cfg.node.mode == "ba3c" and cfg.node.n_sim < cfg.node.predictors:
         raise DdrlError("config key node.predictors: more predictor threads than simulators (node.n_sim)")
-    if cfg.algo.recurrent and (cfg.node.mode != "a2c" or cfg.algo.name not in ("a2c", "ppo")):
-        raise DdrlError("config key algo.recurrent: a recurrent actor-critic learns on each "
-                        "simulator's whole rollout: node.mode = 'a2c' with algo.name 'a2c' or "
-                        "'ppo' (R2D2 is dqn.recurrent)")
-    if cfg.algo.recurrent and cfg.algo.minibatches > cfg.node.n_sim:
+    if cfg.algo.recurrent and "dqn" in (cfg.node.mode, cfg.algo.name):
+        raise DdrlError("config key algo.recurrent: a recurrent actor-critic runs on the a2c or "
+                        "ba3c node (central mode's too) with an actor-critic algo.name; R2D2 is "
+                        "dqn.recurrent")
+    if cfg.algo.recurrent and cfg.node.mode == "ba3c" and cfg.node.batch_size % cfg.node.t_max:
+        raise DdrlError(f"config key node.batch_size: {cfg.node.batch_size} is not a whole number "
+                        f"of node.t_max = {cfg.node.t_max} steps (a recurrent network learns on "
+                        "sequences of node.t_max)")
+    # A recurrent network's data points are sequences: a rollout per simulator (a2c), a
+    # segment of node.t_max steps (ba3c).
+    sequences = cfg.node.n_sim if cfg.node.mode == "a2c" else cfg.node.batch_size // cfg.node.t_max
+    if cfg.algo.recurrent and cfg.algo.minibatches > sequences:
         raise DdrlError(f"config key algo.minibatches: {cfg.algo.minibatches} minibatches of "
-                        f"{cfg.node.n_sim} simulators' rollouts (each is one sequence of a "
-                        "recurrent network)")
+                        f"{sequences} sequences (a recurrent network's data points: "
+                        "each simulator's rollout on the a2c node, node.batch_size / node.t_max "
+                        "on the ba3c node)")
     if cfg.node.mode == "a2c" and cfg.algo.minibatches > cfg.node.n_sim * cfg.node.t_max:
         raise DdrlError("config key algo.minibatches: more minibatches than data points in a "
                         "rollout (node.n_sim x node.t_max)")

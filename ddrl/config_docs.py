@@ -84,8 +84,10 @@ DOCS = {
     "algo.rho_clip": "V-trace: truncation of the importance weights pi/mu in the targets "
                      "(rho-bar)",
     "algo.c_clip": "V-trace: truncation of the importance weights in the trace (c-bar)",
-    "algo.recurrent": "a2c, ppo on the a2c node: units of an LSTM between the torso and the "
-                      "actor-critic head (0: none); each simulator's rollout is one sequence",
+    "algo.recurrent": "actor-critic algorithms on the a2c or ba3c node (central mode's too): "
+                      "units of an LSTM between the torso and the actor-critic head (0: none); "
+                      "a sequence is each simulator's rollout (a2c) or segment of node.t_max "
+                      "steps (ba3c), unrolled from the state it was acted from",
     "dqn.replay_frames": "replay memory capacity per rank, in frames (each stored once)",
     "dqn.prepopulate": "agent steps of uniformly random play before learning",
     "dqn.target_period": "agent steps between target-network updates (C)",

@@ -67,6 +67,20 @@ def test_central_learns_cartpole_with_actors_on_other_hosts(run_dir):
     assert np.isfinite(train["approx_kl"]).all() and (train["policy_lag"] >= 0).all()
 
 
+def test_central_recurrent_vtrace_keeps_each_remote_simulators_state_on_the_learner(run_dir):
+    """SEED's shape with an LSTM: the actors only simulate; the learner carries each remote
+    simulator's recurrent state, cuts sequences of node.t_max steps and learns on them."""
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *CENTRAL,
+               "--set", "algo.recurrent=16", "--set", "node.t_max=16", "--set",
+               "node.batch_size=64", "--set", "run.max_frames=150000", "--set", "eval.every=50",
+               ranks=3, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    check_actors(run_dir, res.stdout, [1, 2])
+    # 4 sequences a batch; the greedy policy far above random play (about 22).
+    assert (table(run_dir, "train")["effective_batch"] == 4).all()
+    assert table(run_dir, "eval")["mean_return"].max() >= 60
+
+
 def test_central_rainbow_saves_its_replay_memory_and_resumes_with_it(run_dir):
     """SEED's value-based shape: the replay memory (prioritized, one stream per remote
     simulator) and the epsilon-greedy acting on the learner, saved with its priorities and

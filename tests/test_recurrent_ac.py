@@ -51,6 +51,47 @@ def test_the_learner_unrolls_each_rollout_from_the_state_its_simulator_acted_fro
         off = max(off, np.abs(wrong.numpy() - b.targets["values"]).max())
     assert off > 1e-4
 
+def test_the_ba3c_node_unrolls_each_segment_from_the_state_it_was_acted_from():
+    """The ba3c node (central mode's learner): its predictor carries each simulator's state
+    and cuts fixed segments of node.t_max steps across game ends. Before any update, unrolled
+    from its stored state, each segment gives the actor's log-probs; V-trace's targets, which
+    unroll the learner's net for the values and the bootstrap, equal A2C's n-step returns on
+    the actor's values (rho = c = 1 when the policies are the same)."""
+    from ddrl.acting.ba3c import BA3CActors
+    from ddrl.acting.experience import sequences_batch
+    from ddrl.algos.actor_critic import A2C
+    from ddrl.algos.base import log_prob
+    from ddrl.algos.recurrent import OverSequences
+    from ddrl.config import load_config
+    from ddrl.envs import env_spec
+    from ddrl.learner import Learner
+
+    cfg = load_config(JOBS / "cartpole.toml", [
+        "algo.name=vtrace", "node.mode=ba3c", "algo.recurrent=16", "node.t_max=16",
+        "node.batch_size=64", "node.n_sim=8", "node.predictors=2"])
+    learner = Learner(cfg, *env_spec(cfg))
+    actors = BA3CActors(cfg, learner, rank=0, restart=0)
+    actors.start(lambda: False)
+    try:
+        segments = [s for _ in range(8) for s in actors.fifo.take(64)]
+    finally:
+        actors.close()
+    assert [len(s) for s in segments] == [16] * 32
+    off = sequences_batch(segments, learner.algo, learner.predict)
+    on = sequences_batch(segments, OverSequences(cfg, A2C(cfg)), learner.predict)
+    starts, states = off.targets["starts"], off.targets["state"]
+    assert starts.shape == (32, 16) and starts[:, 1:].sum() > 0  # games ended mid-segment
+    np.testing.assert_allclose(off.targets["returns"], on.targets["returns"], atol=1e-4)
+    logits, _ = learner.algo.forward(learner.model, off.obs, off.targets, training=False)
+    np.testing.assert_allclose(log_prob(logits.numpy().reshape(-1, 2), off.actions.ravel()),
+                               off.targets["logp"].ravel(), atol=2e-5)
+    kept = np.abs(states).max(axis=(1, 2)) > 0
+    assert kept.any() and (kept == (starts[:, 0] == 0)).all()
+    zeroed = {**off.targets, "state": np.zeros_like(states)}
+    wrong, _ = learner.algo.forward(learner.model, off.obs, zeroed, training=False)
+    assert np.abs(wrong.numpy() - logits.numpy()).max() > 1e-4
+
+
 DIGEST = re.compile(r"\[ddrl\] rank (\d+) final weights sha256 ([0-9a-f]+)")
 
 
@@ -66,8 +107,9 @@ def test_recurrent_ppo_learns_cartpole_on_two_ranks_as_one_agent(run_dir):
 
 
 @pytest.mark.parametrize("sets, message", [
-    (["node.mode=ba3c"], "node.mode = 'a2c'"),
-    (["algo.minibatches=16"], "16 minibatches of 8 simulators"),
+    (["node.mode=dqn", "algo.name=dqn"], "runs on the a2c or ba3c node"),
+    (["algo.minibatches=16"], "16 minibatches of 8 sequences"),
+    (["node.mode=ba3c", "node.batch_size=100"], "100 is not a whole number of node.t_max = 64"),
 ])
 def test_what_a_recurrent_actor_critic_cannot_do_is_one_line(sets, message, run_dir):
     res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir,

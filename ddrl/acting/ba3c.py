@@ -13,16 +13,17 @@ from __future__ import annotations
 import math
 import threading
 import time
+from functools import partial
 
 import numpy as np
 
 from ddrl.acting.base import Actors
-from ddrl.acting.experience import ExperienceFifo, SegmentBuilder, segments_batch
+from ddrl.acting.experience import ExperienceFifo, SegmentBuilder, segments_batch, sequences_batch
 from ddrl.algos.base import log_prob
 from ddrl.algos.batch import Batch
 from ddrl.config import Config
 from ddrl.envs import SimPool
-from ddrl.learner import Learner, sample_actions
+from ddrl.learner import Learner, RecurrentState, sample_actions
 
 
 class BA3CActors(Actors):
@@ -60,38 +61,52 @@ class BA3CActors(Actors):
     def _predict_loop(self, group: int, pool) -> None:
         n = self.cfg.node
         rng = self.rng(f"actions{group}")
-        builders = [SegmentBuilder(n.t_max) for _ in range(pool.num_envs)]
+        units = self.learner.recurrent
+        builders = [SegmentBuilder(n.t_max, recurrent=bool(units)) for _ in range(pool.num_envs)]
         # What each simulator is waiting on the result of: the observation, the action chosen
-        # for it, its log-probability and the critic's value of the observation.
+        # for it, its log-probability and the critic's value of the observation; with a
+        # recurrent network also whether the observation began a game and the state the action
+        # was chosen from.
         last_obs: list[np.ndarray | None] = [None] * pool.num_envs
         last_action = np.zeros(pool.num_envs, np.int32)
         last_logp = np.zeros(pool.num_envs, np.float32)
         last_value = np.zeros(pool.num_envs, np.float32)
+        last_start = np.ones(pool.num_envs, bool)
+        state = RecurrentState(pool.num_envs, units)
+        last_state = state.state()
         while not self._stop.is_set():
             t0 = time.perf_counter()
             step = pool.recv()
             t1 = time.perf_counter()
-            logits, values = self.learner.predict(step.obs)
+            ids = step.env_ids
+            # Before the states move on: a game cut by the frame cap continues from them.
+            reward = self.bootstrap_truncated(
+                step, partial(state.peek, self.learner.predict, rows=ids[step.truncated]))
+            starts = step.done | np.array([last_obs[env] is None for env in ids])
+            state.reset(starts, ids)
+            acted_from = state.state(ids)
+            logits, values = state.step(self.learner.predict, step.obs, rows=ids)
             actions = sample_actions(logits, rng)
             pool.send(actions)
             logp = log_prob(logits, actions)
-            reward = self.bootstrap_truncated(step)
             t2 = time.perf_counter()
             update = self.update
-            for i, env in enumerate(step.env_ids):
+            for i, env in enumerate(ids):
                 if last_obs[env] is not None:
                     done = bool(step.done[i])
                     if builders[env].add(last_obs[env], last_action[env], float(reward[i]), done,
-                                         last_logp[env], last_value[env], update):
+                                         last_logp[env], last_value[env], update,
+                                         last_start[env], last_state[env]):
                         segment = builders[env].flush(step.obs[i], float(values[i]))
                         if not self.fifo.put(segment):
                             return
                 last_obs[env] = step.obs[i]
                 last_action[env], last_logp[env], last_value[env] = actions[i], logp[i], values[i]
+            last_start[ids], last_state[ids] = starts, acted_from
             with self._lock:
                 self.t_sim += t1 - t0
                 self.t_predict += t2 - t1
-            self.record(len(step.env_ids) * pool.frames_per_step, step.episodes)
+            self.record(len(ids) * pool.frames_per_step, step.episodes)
 
     def next_batch(self) -> Batch | None:
         if not self._pending:
@@ -101,7 +116,8 @@ class BA3CActors(Actors):
             if segments is None:
                 return None
             algo = self.learner.algo
-            batch = segments_batch(segments, algo, self.learner.predict)
+            to_batch = sequences_batch if self.learner.recurrent else segments_batch
+            batch = to_batch(segments, algo, self.learner.predict)
             self._pending = algo.minibatches(batch, self._minibatch_rng)
         return self._pending.pop(0)
 

@@ -32,6 +32,10 @@ class Segment:
     acted_at: np.ndarray
     next_obs: np.ndarray | None
     bootstrap: float
+    # A recurrent network's (algo.recurrent): whether each step's observation began a game, and
+    # the LSTM state the simulator acted from at the first step, (2, units).
+    starts: np.ndarray | None = None
+    state: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -48,26 +52,39 @@ _STEP_FIELDS = ("obs", "actions", "rewards", "dones", "logp", "values", "acted_a
 
 
 class SegmentBuilder:
-    """Collects one simulator's transitions until t_max steps or the end of its value chain."""
+    """Collects one simulator's transitions until t_max steps or the end of its value chain;
+    for a recurrent network (`recurrent`) always t_max steps, games ending inside (each
+    segment is one sequence the learner unrolls, of one length)."""
 
-    def __init__(self, t_max: int):
-        self.t_max = t_max
+    def __init__(self, t_max: int, recurrent: bool = False):
+        self.t_max, self.recurrent = t_max, recurrent
         self._steps: list[tuple] = []
+        self._starts: list[bool] = []
+        self._state: np.ndarray | None = None
 
     def add(self, obs: np.ndarray, action: int, reward: float, done: bool, logp: float,
-            value: float, acted_at: int) -> bool:
-        """Returns True when the segment is complete and `flush` should be called."""
+            value: float, acted_at: int, start: bool = False, state: np.ndarray | None = None
+            ) -> bool:
+        """Returns True when the segment is complete and `flush` should be called. `start`:
+        `obs` began a game; `state`: the recurrent state the action was chosen from."""
+        if not self._steps:
+            # A copy: the caller's array moves on with the simulator.
+            self._state = None if state is None else state.copy()
         self._steps.append((obs, action, reward, done, logp, value, acted_at))
-        return done or len(self._steps) >= self.t_max
+        self._starts.append(start)
+        return (done and not self.recurrent) or len(self._steps) >= self.t_max
 
     def flush(self, next_obs: np.ndarray | None, bootstrap: float) -> Segment:
         """`next_obs` and its value `bootstrap` follow the last step (None and 0 if it ended)."""
         obs, actions, rewards, dones, logp, values, acted_at = zip(*self._steps)
-        self._steps = []
+        starts = np.array(self._starts, np.float32) if self.recurrent else None
+        state = self._state if self.recurrent else None
+        self._steps, self._starts = [], []
         return Segment(np.stack(obs), np.array(actions, np.int32), np.array(rewards, np.float32),
                        np.array(dones, np.float32), np.array(logp, np.float32),
                        np.array(values, np.float32), np.array(acted_at, np.int64),
-                       None if dones[-1] else next_obs, 0.0 if dones[-1] else bootstrap)
+                       None if dones[-1] else next_obs, 0.0 if dones[-1] else bootstrap,
+                       starts, state)
 
 
 class ExperienceFifo:
@@ -141,3 +158,31 @@ def segments_batch(segments: list[Segment], algo: Algorithm, predict: Predict) -
     targets = algo.targets(Rollout(rollout(flat("rewards")), rollout(flat("dones")),
                                    rollout(values), rollout(flat("logp")), bootstrap, target_logp))
     return Batch(obs, actions, flat("acted_at"), {k: v.T[real.T] for k, v in targets.items()})
+
+
+def sequences_batch(segments: list[Segment], algo: Algorithm, predict: Predict) -> Batch:
+    """A recurrent network's batch: each segment one data point, a sequence of the same T
+    steps (obs (T, ...), actions and targets (T,), the game starts, the state it was acted
+    from). Off-policy algorithms get the learner's current policy and values by unrolling
+    each sequence from its stored state, and the bootstrap value from the state it ends in."""
+    def stack(name: str) -> np.ndarray:
+        return np.stack([getattr(s, name) for s in segments])
+
+    obs, actions, starts, state = stack("obs"), stack("actions"), stack("starts"), stack("state")
+    n, t = actions.shape
+    if not algo.off_policy:
+        values, target_logp = stack("values"), None
+        bootstrap = np.array([s.bootstrap for s in segments], np.float32)
+    else:
+        logits, values, h, c = predict(obs, starts, state[:, 0], state[:, 1])
+        target_logp = log_prob(logits.reshape(n * t, -1), actions.ravel()).reshape(n, t).T
+        bootstrap = np.zeros(n, np.float32)
+        if ends := [i for i, s in enumerate(segments) if s.next_obs is not None]:
+            last = np.stack([segments[i].next_obs for i in ends])[:, None]
+            bootstrap[ends] = predict(last, np.zeros((len(ends), 1), np.float32), h[ends],
+                                      c[ends])[1][:, 0]
+    # The algorithm's targets on the time-major rollout, then back to one row per sequence.
+    targets = algo.targets(Rollout(stack("rewards").T, stack("dones").T, values.T,
+                                   stack("logp").T, bootstrap, target_logp))
+    return Batch(obs, actions, stack("acted_at"),
+                 {**{k: v.T for k, v in targets.items()}, "starts": starts, "state": state})
