@@ -124,8 +124,9 @@ class AlgoConfig:
     # (rho-bar) and in the trace (c-bar); IMPALA's 1.0 for both.
     rho_clip: float = 1.0
     c_clip: float = 1.0
-    # a2c, ppo on the a2c node: units of an LSTM between the torso and the actor-critic head
-    # (0: none); each simulator's rollout is one sequence, unrolled from its acting state.
+    # Actor-critic algorithms on the a2c or ba3c node: units of an LSTM between the torso and
+    # the actor-critic head (0: none); a sequence (a simulator's rollout on the a2c node, a
+    # segment of node.t_max steps on the ba3c node) is unrolled from the state it was acted from.
     recurrent: int = 0
 
 

@@ -82,9 +82,10 @@ class BA3CActors(Actors):
             # Before the states move on: a game cut by the frame cap continues from them.
             reward = self.bootstrap_truncated(
                 step, partial(state.peek, self.learner.predict, rows=ids[step.truncated]))
-            starts = step.done | np.array([last_obs[env] is None for env in ids])
-            state.reset(starts, ids)
-            acted_from = state.state(ids)
+            if units:
+                starts = step.done | np.array([last_obs[env] is None for env in ids])
+                state.reset(starts, ids)
+                acted_from = state.state(ids)
             logits, values = state.step(self.learner.predict, step.obs, rows=ids)
             actions = sample_actions(logits, rng)
             pool.send(actions)
@@ -102,7 +103,8 @@ class BA3CActors(Actors):
                             return
                 last_obs[env] = step.obs[i]
                 last_action[env], last_logp[env], last_value[env] = actions[i], logp[i], values[i]
-            last_start[ids], last_state[ids] = starts, acted_from
+            if units:
+                last_start[ids], last_state[ids] = starts, acted_from
             with self._lock:
                 self.t_sim += t1 - t0
                 self.t_predict += t2 - t1

@@ -67,24 +67,24 @@ class SegmentBuilder:
             ) -> bool:
         """Returns True when the segment is complete and `flush` should be called. `start`:
         `obs` began a game; `state`: the recurrent state the action was chosen from."""
-        if not self._steps:
-            # A copy: the caller's array moves on with the simulator.
-            self._state = None if state is None else state.copy()
+        if self.recurrent:
+            if not self._steps:
+                # A copy: the caller's array moves on with the simulator.
+                self._state = state.copy()
+            self._starts.append(start)
         self._steps.append((obs, action, reward, done, logp, value, acted_at))
-        self._starts.append(start)
         return (done and not self.recurrent) or len(self._steps) >= self.t_max
 
     def flush(self, next_obs: np.ndarray | None, bootstrap: float) -> Segment:
         """`next_obs` and its value `bootstrap` follow the last step (None and 0 if it ended)."""
         obs, actions, rewards, dones, logp, values, acted_at = zip(*self._steps)
         starts = np.array(self._starts, np.float32) if self.recurrent else None
-        state = self._state if self.recurrent else None
         self._steps, self._starts = [], []
         return Segment(np.stack(obs), np.array(actions, np.int32), np.array(rewards, np.float32),
                        np.array(dones, np.float32), np.array(logp, np.float32),
                        np.array(values, np.float32), np.array(acted_at, np.int64),
                        None if dones[-1] else next_obs, 0.0 if dones[-1] else bootstrap,
-                       starts, state)
+                       starts, self._state)
 
 
 class ExperienceFifo:

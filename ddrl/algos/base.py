@@ -36,7 +36,7 @@ class Algorithm(Protocol):
     # actions are `action_shape` per data point ((T,) of them; () for one).
     sequence: int
     action_shape: tuple[int, ...]
-    # The LSTM's units of a recurrent network (R2D2); 0 for a feed-forward one.
+    # The LSTM's units of a recurrent network (R2D2, `algo.recurrent`); 0 for a feed-forward one.
     recurrent: int
 
     def forward(self, model, obs: tf.Tensor, targets: dict[str, tf.Tensor], training: bool

@@ -1,12 +1,13 @@
-"""An actor-critic algorithm (A2C, PPO) on a recurrent network (`algo.recurrent` > 0): an LSTM
-between the torso and the actor-critic head, as R2D2 has before its Q head, for games whose
-state one frame stack does not show.
+"""An actor-critic algorithm (A2C, PPO, V-trace, APPO) on a recurrent network
+(`algo.recurrent` > 0): an LSTM between the torso and the actor-critic head, as R2D2 has before
+its Q head, for games whose state one frame stack does not show.
 
-Each simulator's rollout of `node.t_max` steps is one data point: its observations (T, ...),
-actions and targets (T,), the game starts (T,) and the LSTM state the simulator acted from at
-the rollout's first step (2, units). The learner unrolls the network over the rollout from that
-state, so it sees what the actor saw (PPO's first minibatch has ratio 1); its minibatches are
-sets of simulators. The targets and the loss are the wrapped algorithm's, on the (B x T) steps.
+A sequence of `node.t_max` steps is one data point (a simulator's rollout on the a2c node, a
+segment on the ba3c node): its observations (T, ...), actions and targets (T,), the game starts
+(T,) and the LSTM state the simulator acted from at its first step (2, units). The learner
+unrolls the network over the sequence from that state, so it sees what the actor saw (PPO's
+first minibatch has ratio 1); its minibatches are sets of sequences. The targets and the loss
+are the wrapped algorithm's, on the (B x T) steps.
 """
 from __future__ import annotations
 
