@@ -175,7 +175,7 @@ def warn_and_resume(cluster: SlurmCluster, out: Path, options: tuple[str, ...] =
     [result] = cluster.wait(job, timeout=240)
     text = result.text()
     assert (result.state, result.exit_code) == ("COMPLETED", 0), text
-    assert result.restarts >= 1 and f"job {job} requeued" in text and "(resuming)" in text, text
+    assert result.restarts >= 1 and f"requeueing job {job}" in text and "(resuming)" in text, text
     with h5py.File(out / "log.h5", "r", swmr=True) as f:
         assert f.attrs["restarts"] >= 1
         rows, starts = f["train"][:], f["starts"][:]
@@ -212,7 +212,7 @@ def test_a_warning_during_the_final_evaluation_checkpoints_requeues_and_complete
     [result] = slurm_cluster.wait(job, timeout=300)
     text = result.text()
     assert (result.state, result.exit_code) == ("COMPLETED", 0), text
-    assert f"job {job} requeued" in text and "a stop signal cut its final evaluation short" in text
+    assert f"requeueing job {job}" in text and "a stop signal cut its final evaluation short" in text
     with h5py.File(out / "log.h5", "r", swmr=True) as f:
         starts, evals = f["starts"][:], f["eval"][:]
     assert starts["restart"].tolist() == [0, 1]

@@ -64,7 +64,7 @@ def test_central_mode_runs_as_a_heterogeneous_job(slurm_hosts_cluster, tmp_path)
     results = cluster.wait(job, timeout=300)
     text = results[0].text()
     assert all((r.state, r.exit_code) == ("COMPLETED", 0) for r in results), text
-    assert "(2 components)" in text and f"job {job} requeued" in text, text
+    assert "(2 components)" in text and f"requeueing job {job}" in text, text
     with h5py.File(out / "log.h5", "r", swmr=True) as f:
         ranks, starts, train = f["ranks"][:], f["starts"][:], f["train"][:]
     assert set(ranks["rank"]) >= {1, 2}  # the actor component's two tasks

@@ -86,12 +86,11 @@ ddrl_step() {
   done
 }
 
-# `ddrl status` says "requeued" while DIR/requeued (the job id) is newer than the run's log:
-# the resumed run rewrites its log first thing. TRAIN_ARGS... hold `--out DIR`.
-ddrl_mark_requeued() {
+# The run directory DIR of TRAIN_ARGS... (they hold `--out DIR`).
+ddrl_run_dir() {
   while [ $# -gt 1 ]; do
     if [ "$1" = --out ]; then
-      echo "$SLURM_JOB_ID" > "$2/requeued" || true
+      echo "$2"
       return
     fi
     shift
@@ -207,11 +206,16 @@ ddrl_main() {
     echo "ddrl: cancelled: checkpointed, not requeued (submit again with the same --out to go on)"
   elif [ "$rc" -eq "$DDRL_EXIT_RESUMABLE" ]; then
     # The requeued job keeps its id, so the next start finds the checkpoint and resumes.
-    if scontrol requeue "$SLURM_JOB_ID"; then
-      ddrl_mark_requeued "${train_args[@]}"
-      echo "ddrl: checkpointed; job $SLURM_JOB_ID requeued"
-    else
-      echo "ddrl: checkpointed, but the requeue failed: submit again with the same --out to resume" >&2
+    # `ddrl status` says "requeued" while DIR/requeued (the job id) is newer than the run's
+    # log: the resumed run rewrites its log first thing. Marked and said before the request,
+    # because Slurm kills this script as soon as it takes the requeue.
+    local dir
+    dir=$(ddrl_run_dir "${train_args[@]}")
+    [ -z "$dir" ] || echo "$SLURM_JOB_ID" > "$dir/requeued" || true
+    echo "ddrl: checkpointed; requeueing job $SLURM_JOB_ID"
+    if ! scontrol requeue "$SLURM_JOB_ID"; then
+      [ -z "$dir" ] || rm -f "$dir/requeued"
+      echo "ddrl: error: checkpointed, but the requeue failed: submit again with the same --out to resume" >&2
     fi
   fi
   exit "$rc"
