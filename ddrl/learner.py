@@ -5,6 +5,8 @@ buffer, and the update applies a flat vector, so every rank runs the same Adam s
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import tensorflow as tf
 
@@ -96,6 +98,20 @@ class Learner:
         h, c) on (observations (B, T, ...), game starts (B, T), h, c)."""
         return tuple(out.numpy() for out in self._predict(*inputs))
 
+    def beside(self, other: "FrozenNetwork") -> Callable[..., tuple[tuple[np.ndarray, ...],
+                                                                    np.ndarray]]:
+        """`f(*inputs)`: `other`'s outputs and this network's first output on the same
+        inputs, in one compiled call (Double DQN values each minibatch's next observations
+        with the target and the online network: one call instead of two spares a call's fixed
+        cost, about a tenth of a small net's DQN update on 2 cores)."""
+        both = tf.function(lambda *x: (other.call(*x), self._predict_fn(*x)[0]),
+                           autograph=False).get_concrete_function(*self._inputs)
+
+        def predict(*inputs: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+            others, mine = both(*inputs)
+            return tuple(out.numpy() for out in others), mine.numpy()
+        return predict
+
     def frozen_copy(self) -> "FrozenNetwork":
         """A copy of the network that only infers, with today's weights (DQN's target network)."""
         copy = FrozenNetwork(self._build(self._obs_shape), self._inputs, self.recurrent,
@@ -169,9 +185,8 @@ class FrozenNetwork:
                  sizes: list[int]):
         self._variables = model.trainable_variables
         self._sizes = sizes
-        self._predict = tf.function(
-            lambda *x: model(list(x) if recurrent else x[0], training=False),
-            autograph=False).get_concrete_function(*inputs)
+        self.call = lambda *x: model(list(x) if recurrent else x[0], training=False)
+        self._predict = tf.function(self.call, autograph=False).get_concrete_function(*inputs)
 
     def load(self, flat: np.ndarray) -> None:
         assign_flat(self._variables, self._sizes, flat)

@@ -219,6 +219,7 @@ class DQNActors(Actors):
             say(f"[ddrl] replay memory: {a.replay_frames:,} frames in {self.samplers.size} "
                 f"stream(s){sequences}, {self.memory.nbytes / 2**30:.2f} GiB per rank when full")
         self.target = learner.frozen_copy()
+        self._both = learner.beside(self.target) if a.double else None
         self._rng = self.rng("replay")
         # Agent steps taken and not yet paid for by a minibatch (standard mode), and the
         # minibatches left in this target period (concurrent mode).
@@ -374,13 +375,20 @@ class DQNActors(Actors):
             return self._sequences()
         t0 = time.perf_counter()
         t = self.memory.sample(self.cfg.node.batch_size, a.n_step, self._rng)
-        target_out = self.target.predict(t.next_obs)
-        q_online = self.learner.predict(t.next_obs)[0] if a.double else target_out[0]
+        target_out, q_online = self._next_values(t.next_obs)
         targets = self.learner.algo.replay_targets(t.rewards, t.dones, target_out, q_online)
         self._sampled = t.index
         with self._lock:
             self.t_predict += time.perf_counter() - t0
         return Batch(t.obs, t.actions, t.acted_at, {**targets, "weights": t.weights})
+
+    def _next_values(self, *inputs: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+        """The target network's outputs, and the Q whose argmax is the bootstrap's action:
+        the online network's (Double DQN) or the target's."""
+        if self._both is not None:
+            return self._both(*inputs)
+        out = self.target.predict(*inputs)
+        return out, out[0]
 
     def _sequences(self) -> Batch:
         """R2D2's minibatch: both networks unrolled over each sequence from its stored state
@@ -389,9 +397,8 @@ class DQNActors(Actors):
         t0 = time.perf_counter()
         t = self.memory.sample(self.cfg.node.batch_size, a.n_step, self._rng)
         inputs = (t.obs, t.starts, t.state[:, 0], t.state[:, 1])
-        q_target = self.target.predict(*inputs)[0]
-        q_online = self.learner.predict(*inputs)[0] if a.double else q_target
-        targets = algo.sequence_targets(t.rewards, t.dones, q_target, q_online)
+        target_out, q_online = self._next_values(*inputs)
+        targets = algo.sequence_targets(t.rewards, t.dones, target_out[0], q_online)
         self._sampled = t.index
         with self._lock:
             self.t_predict += time.perf_counter() - t0

@@ -39,6 +39,9 @@ class Learner(Network):
     def get_weights(self) -> np.ndarray:
         return np.array([self.version], np.float32)
 
+    def beside(self, other: "Target"):
+        return lambda obs: (other.predict(obs), self.predict(obs)[0])
+
     def frozen_copy(self) -> "Target":
         self.copies.append(Target())
         return self.copies[-1]

@@ -1,6 +1,8 @@
 """DQN's replay memory and targets against plain references."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -9,7 +11,10 @@ from replay_streams import SIDE, STACK, FakeStream
 from ddrl import checkpoint
 from ddrl.acting.replay import ReplayMemory
 from ddrl.algos.dqn import DQN, bootstrap_values, epsilon, huber
-from ddrl.config import Config
+from ddrl.config import Config, load_config
+from ddrl.learner import Learner
+
+JOBS = Path(__file__).resolve().parents[2] / "jobs"
 
 
 def filled_memory(capacity: int, streams: int, steps: int, seed: int = 0):
@@ -144,3 +149,33 @@ def test_a_restored_memory_samples_no_chain_across_the_restart(tmp_path):
             assert np.array_equal(next_obs[i], history[index + n - 1][4])
         assert targets[i] == pytest.approx(
             reference(history, index, n, Config().algo.gamma, 0.0), rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("job,sets", [
+    ("cartpole-dqn.toml", []), ("cartpole-dqn.toml", ["dqn.atoms=11", "dqn.dueling=true"]),
+    ("cartpole-r2d2.toml", [])])
+def test_both_networks_in_one_call_are_each_network_alone(job, sets):
+    """Double DQN's fused call: the target's outputs and the online Q, also after the target
+    takes new weights (it reads the variables, not a copy made when it was traced)."""
+    cfg = load_config(JOBS / job, sets)
+    learner = Learner(cfg, (4,), np.dtype(np.float32), 2)
+    target = learner.frozen_copy()
+    both = learner.beside(target)
+    rng = np.random.default_rng(0)
+    if cfg.dqn.recurrent:
+        units = cfg.dqn.recurrent
+        inputs = (rng.normal(size=(3, 5, 4)).astype(np.float32), np.zeros((3, 5), np.float32),
+                  *rng.normal(size=(2, 3, units)).astype(np.float32))
+    else:
+        inputs = (rng.normal(size=(7, 4)).astype(np.float32),)
+    weights = learner.get_weights()
+    for step in range(2):
+        # The online network moves away from the target, then the target follows.
+        learner.set_weights(weights + rng.normal(scale=0.1, size=weights.shape).astype(np.float32))
+        if step:
+            target.load(learner.get_weights() * 0.5)
+        target_out, online = both(*inputs)
+        for mine, alone in zip(target_out, target.predict(*inputs)):
+            np.testing.assert_allclose(mine, alone, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(online, learner.predict(*inputs)[0], rtol=1e-5, atol=1e-6)
+        assert np.abs(online - target_out[0]).max() > 1e-3
