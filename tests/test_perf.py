@@ -32,6 +32,27 @@ def test_bench_node_rejects_bad_arguments():
     assert res.returncode == 2 and "--seconds" in res.stderr
 
 
+def test_bench_dqn_calls_times_each_call_of_an_update():
+    res = ddrl("bench", "dqn", JOBS / "cartpole-dqn.toml", "--calls", "8", "32", timeout=240)
+    assert res.returncode == 0, res.stderr
+    rows = re.findall(r"^\s+(\d+)" + rf"\s+({NUMBER})" * 6 + "$", res.stdout, re.M)
+    assert [row[0] for row in rows] == ["8", "32"], res.stdout
+    for size, *figures in rows:
+        act, values, gradients, apply, update, per_sample = map(float, figures)
+        assert min(act, values, gradients, apply) > 0, res.stdout
+        assert abs(act + values + gradients + apply - update) < 0.02, res.stdout
+        assert abs(update / int(size) - per_sample) < 1e-3, res.stdout
+
+
+def test_bench_dqn_calls_rejects_what_it_cannot_time():
+    res = ddrl("bench", "dqn", JOBS / "cartpole-r2d2.toml", "--calls", timeout=120)
+    assert res.returncode != 0 and res.stderr.strip().splitlines() == [
+        f"ddrl: error: {JOBS / 'cartpole-r2d2.toml'}: --calls times feed-forward DQN updates; "
+        "this job is recurrent"], res.stderr
+    res = ddrl("bench", "dqn", JOBS / "cartpole-dqn.toml", "--calls", "0", timeout=120)
+    assert res.returncode != 0 and "ddrl: error: --calls 0: minibatch sizes are >= 1" in res.stderr
+
+
 def test_bfloat16_cartpole_learns(run_dir):
     """mixed_bfloat16 (bf16 matmuls, float32 weights and heads) still solves CartPole; a2c
     keeps the run reproducible, so the frame budget is a fixed outcome, not luck."""

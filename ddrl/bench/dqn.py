@@ -31,6 +31,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epsilon", type=float, default=0.1)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of every variant (repeatable)")
+    p.add_argument("--calls", type=int, nargs="*", metavar="BATCH",
+                   help="instead of the speed test: the time of each compiled call of an update "
+                        "on one core, at these minibatch sizes (none named: the job's)")
+
+
+CALL_REPEATS = 200
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
     base = load_config(args.job, args.set)
     if base.algo.name != "dqn":
         raise DdrlError(f"{args.job}: not a DQN job (algo.name = {base.algo.name!r})")
+    if args.calls is not None:
+        if any(size < 1 for size in args.calls):
+            raise DdrlError(f"--calls {' '.join(map(str, args.calls))}: minibatch sizes are >= 1")
+        return time_calls(base, args.calls or [base.node.batch_size], args.job)
     a = base.dqn
     print(f"ddrl bench dqn {args.job}: {base.env.id}, {base.model.arch}, minibatch "
           f"{base.node.batch_size}, train period {a.train_period}, target period "
@@ -81,3 +91,60 @@ def format_table(hours: dict[tuple[str, int], float], samplers: list[int],
                 cells.append(f"{h:>14.2f}{ratio:>8s}")
         lines.append(f"{w:>3d}" + "".join(cells))
     return "\n".join(lines)
+
+
+def time_calls(cfg, batch_sizes: list[int], job: str) -> int:
+    """What an update of one rank costs, call by call, on one core (as a rank bound to it):
+    the samplers' inference, the next observations' values, the gradient, Adam's step; on
+    random observations, each call timed over CALL_REPEATS after a warm-up."""
+    import time
+    from functools import partial
+
+    import numpy as np
+
+    from ddrl.algos.batch import Batch
+    from ddrl.cpus import configure_tensorflow
+    from ddrl.envs import env_spec
+    from ddrl.info import cpu_summary
+
+    if cfg.dqn.recurrent:
+        raise DdrlError(f"{job}: --calls times feed-forward DQN updates; this job is recurrent")
+    configure_tensorflow(1, False)
+    from ddrl.learner import Learner
+
+    obs_shape, obs_dtype, n_actions = env_spec(cfg)
+    learner = Learner(cfg, obs_shape, obs_dtype, n_actions)
+    target = learner.frozen_copy()
+    next_values = (learner.beside(target) if cfg.dqn.double else target.predict)
+    algo, rng = learner.algo, np.random.default_rng(0)
+    print(f"ddrl bench dqn --calls {job}: {cfg.env.id}, {cfg.model.arch}, {cfg.model.precision}, "
+          f"{learner.num_params:,} params, 1 core, ms per call; {cpu_summary()}")
+    print(f"{'batch':>6s}{'act':>9s}{'next values':>13s}{'gradients':>11s}{'apply':>8s}"
+          f"{'update':>9s}{'per sample':>12s}")
+
+    def ms(call) -> float:
+        for _ in range(CALL_REPEATS // 10):
+            call()
+        start = time.perf_counter()
+        for _ in range(CALL_REPEATS):
+            call()
+        return (time.perf_counter() - start) / CALL_REPEATS * 1e3
+
+    for size in batch_sizes:
+        obs = (rng.integers(0, 256, (size, *obs_shape)) if np.issubdtype(obs_dtype, np.integer)
+               else rng.normal(size=(size, *obs_shape))).astype(obs_dtype)
+        targets = {f: rng.random((size, *algo.target_shapes.get(f, ())), np.float32)
+                   for f in algo.fields}
+        batch = Batch(obs, rng.integers(0, n_actions, size).astype(np.int32),
+                      np.zeros(size, np.int64), targets)
+        # The gradient as it comes back from the all-reduce: an array of its own.
+        grad = learner.gradients(batch)[0].copy()
+        act = obs[:cfg.dqn.samplers]
+        # The samplers infer once per round, a round of `samplers` steps pays for
+        # samplers / train_period minibatches.
+        times = [ms(partial(learner.predict, act)) * cfg.dqn.train_period / cfg.dqn.samplers,
+                 ms(partial(next_values, obs)), ms(partial(learner.gradients, batch)),
+                 ms(partial(learner.apply, grad))]
+        print(f"{size:>6d}{times[0]:>9.3f}{times[1]:>13.3f}{times[2]:>11.3f}{times[3]:>8.3f}"
+              f"{sum(times):>9.2f}{sum(times) / size:>12.4f}", flush=True)
+    return 0
