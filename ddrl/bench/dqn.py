@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddrl.errors import DdrlError
+
+if TYPE_CHECKING:
+    from ddrl.config import Config
 
 DEFAULT_JOB = Path(__file__).resolve().parents[2] / "jobs" / "pong-dqn.toml"
 VARIANTS = {
@@ -93,7 +97,7 @@ def format_table(hours: dict[tuple[str, int], float], samplers: list[int],
     return "\n".join(lines)
 
 
-def time_calls(cfg, batch_sizes: list[int], job: str) -> int:
+def time_calls(cfg: Config, batch_sizes: list[int], job: str) -> int:
     """What an update of one rank costs, call by call, on one core (as a rank bound to it):
     the samplers' inference, the next observations' values, the gradient, Adam's step; on
     random observations, each call timed over CALL_REPEATS after a warm-up."""
@@ -115,7 +119,7 @@ def time_calls(cfg, batch_sizes: list[int], job: str) -> int:
     obs_shape, obs_dtype, n_actions = env_spec(cfg)
     learner = Learner(cfg, obs_shape, obs_dtype, n_actions)
     target = learner.frozen_copy()
-    next_values = (learner.beside(target) if cfg.dqn.double else target.predict)
+    next_values = learner.beside(target) if cfg.dqn.double else target.predict
     algo, rng = learner.algo, np.random.default_rng(0)
     print(f"ddrl bench dqn --calls {job}: {cfg.env.id}, {cfg.model.arch}, {cfg.model.precision}, "
           f"{learner.num_params:,} params, 1 core, ms per call; {cpu_summary()}")
