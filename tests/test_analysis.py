@@ -57,8 +57,12 @@ def runs(run_dirs):
 
 
 def raw(run_dir: Path, table: str) -> np.ndarray:
+    """A table as the file holds it; /eval in the order of the weights, as the analysis reads
+    it: when an evaluation reaches eval.target, the weights skipped while the evaluator was
+    busy (more of them on a loaded machine) are played after it, their rows last."""
     with h5py.File(run_dir / "log.h5", "r", swmr=True) as f:
-        return f[table][:]
+        rows = f[table][:]
+    return rows[np.argsort(rows["update"], kind="stable")] if table == "eval" else rows
 
 
 def raw_max(run_dir: Path, column: str, tables=("train", "episodes", "eval")) -> int:
