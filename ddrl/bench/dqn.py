@@ -106,7 +106,7 @@ def time_calls(cfg: Config, batch_sizes: list[int], job: str) -> int:
 
     import numpy as np
 
-    from ddrl.algos.batch import Batch
+    from ddrl.bench.node import synthetic_batch
     from ddrl.cpus import configure_tensorflow
     from ddrl.envs import env_spec
     from ddrl.info import cpu_summary
@@ -120,7 +120,7 @@ def time_calls(cfg: Config, batch_sizes: list[int], job: str) -> int:
     learner = Learner(cfg, obs_shape, obs_dtype, n_actions)
     target = learner.frozen_copy()
     next_values = learner.beside(target) if cfg.dqn.double else target.predict
-    algo, rng = learner.algo, np.random.default_rng(0)
+    rng = np.random.default_rng(0)
     print(f"ddrl bench dqn --calls {job}: {cfg.env.id}, {cfg.model.arch}, {cfg.model.precision}, "
           f"{learner.num_params:,} params, 1 core, ms per call; {cpu_summary()}")
     print(f"{'batch':>6s}{'act':>9s}{'next values':>13s}{'gradients':>11s}{'apply':>8s}"
@@ -135,19 +135,14 @@ def time_calls(cfg: Config, batch_sizes: list[int], job: str) -> int:
         return (time.perf_counter() - start) / CALL_REPEATS * 1e3
 
     for size in batch_sizes:
-        obs = (rng.integers(0, 256, (size, *obs_shape)) if np.issubdtype(obs_dtype, np.integer)
-               else rng.normal(size=(size, *obs_shape))).astype(obs_dtype)
-        targets = {f: rng.random((size, *algo.target_shapes.get(f, ())), np.float32)
-                   for f in algo.fields}
-        batch = Batch(obs, rng.integers(0, n_actions, size).astype(np.int32),
-                      np.zeros(size, np.int64), targets)
+        batch = synthetic_batch(rng, learner, obs_shape, obs_dtype, size)
         # The gradient as it comes back from the all-reduce: an array of its own.
         grad = learner.gradients(batch)[0].copy()
-        act = obs[:cfg.dqn.samplers]
+        act = batch.obs[:cfg.dqn.samplers]
         # The samplers infer once per round, a round of `samplers` steps pays for
         # samplers / train_period minibatches.
         times = [ms(partial(learner.predict, act)) * cfg.dqn.train_period / cfg.dqn.samplers,
-                 ms(partial(next_values, obs)), ms(partial(learner.gradients, batch)),
+                 ms(partial(next_values, batch.obs)), ms(partial(learner.gradients, batch)),
                  ms(partial(learner.apply, grad))]
         print(f"{size:>6d}{times[0]:>9.3f}{times[1]:>13.3f}{times[2]:>11.3f}{times[3]:>8.3f}"
               f"{sum(times):>9.2f}{sum(times) / size:>12.4f}", flush=True)

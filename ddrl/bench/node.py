@@ -134,6 +134,25 @@ def emulator_rate(pools: list, seconds: float) -> float:
     return steps / (time.perf_counter() - start)
 
 
+def synthetic_obs(rng: np.random.Generator, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
+                  n: int) -> np.ndarray:
+    """`n` random observations of the environment's shape and type (0-255 for frames)."""
+    if np.issubdtype(obs_dtype, np.integer):
+        return rng.integers(0, 256, (n, *obs_shape), dtype=obs_dtype)
+    return rng.standard_normal((n, *obs_shape)).astype(obs_dtype)
+
+
+def synthetic_batch(rng: np.random.Generator, learner, obs_shape: tuple[int, ...],
+                    obs_dtype: np.dtype, n: int) -> Batch:
+    """A training batch of `n` random observations, actions and targets in the shapes the
+    learner's algorithm takes: the network's cost does not depend on their values."""
+    algo = learner.algo
+    return Batch(synthetic_obs(rng, obs_shape, obs_dtype, n),
+                 rng.integers(0, learner.n_actions, n, dtype=np.int32), np.zeros(n, np.int64),
+                 {f: rng.uniform(-1, 1, (n, *algo.target_shapes.get(f, ()))).astype(np.float32)
+                  for f in algo.fields})
+
+
 def network_rate(learner, obs_shape: tuple[int, ...], obs_dtype: np.dtype, infer_batch: int,
                  train_batch: int, seconds: float, actor_threads: int) -> float:
     """Data points/s of the network alone on synthetic observations: per training batch, one
@@ -145,16 +164,8 @@ def network_rate(learner, obs_shape: tuple[int, ...], obs_dtype: np.dtype, infer
     from ddrl.learner import sample_actions
 
     rng = np.random.default_rng(0)
-    if np.issubdtype(obs_dtype, np.integer):
-        infer_obs, train_obs = (rng.integers(0, 256, (n, *obs_shape), dtype=obs_dtype)
-                                for n in (infer_batch, train_batch))
-    else:
-        infer_obs, train_obs = (rng.standard_normal((n, *obs_shape)).astype(obs_dtype)
-                                for n in (infer_batch, train_batch))
-    batch = Batch(train_obs, rng.integers(0, learner.n_actions, train_batch, dtype=np.int32),
-                  np.zeros(train_batch, np.int64),
-                  {f: rng.uniform(-1, 1, train_batch).astype(np.float32)
-                   for f in learner.algo.fields})
+    infer_obs = synthetic_obs(rng, obs_shape, obs_dtype, infer_batch)
+    batch = synthetic_batch(rng, learner, obs_shape, obs_dtype, train_batch)
 
     def act(gen: np.random.Generator) -> None:
         sample_actions(learner.predict(infer_obs)[0], gen)
