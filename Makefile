@@ -5,7 +5,6 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 CONSTRAINTS := .ci/constraints.txt
 APT_PACKAGES := openmpi-bin libopenmpi-dev cmake g++ make slurm-wlm munge
-MPIRUN := mpirun --allow-run-as-root --oversubscribe
 RUN_RANKS ?= 2
 RUN_MINUTES ?= 30
 RUN_JOB ?= jobs/pong-ppo.toml
@@ -54,9 +53,11 @@ $(VENV)/.horovod: $(VENV)/.deps
 	@touch $@
 
 # The main job: the Pong recipe on 2 ranks until its target score or RUN_MINUTES, then the
-# summary of its log and its curves beside the published scores.
+# summary of its log and its curves beside the published scores. Each rank bound to its share
+# of the cores, as ddrl's benchmarks and sweeps start them (the command is echoed).
 run: setup
-	$(MPIRUN) --bind-to none -n $(RUN_RANKS) $(VENV)/bin/ddrl train $(RUN_JOB) \
+	@launch=$$($(PY) -m ddrl.distributed.launch $(RUN_RANKS)) && set -x && \
+	  $$launch $(VENV)/bin/ddrl train $(RUN_JOB) \
 	  --out $(RUN_OUT) --set run.max_minutes=$(RUN_MINUTES) --set run.checkpoint_minutes=2
 	$(VENV)/bin/ddrl analyze $(RUN_OUT) --reference $(RUN_REFERENCE)
 

@@ -1,7 +1,7 @@
 """`ddrl sweep JOB --sweep FILE --out DIR`: a sweep file's runs one after another on this
 machine, as `sbatch --array=0-N slurm/array.sbatch JOB --sweep FILE --out DIR` runs them on a
 cluster: the same lines, the same run directories (DIR_0, DIR_1, ...), each run under
-`mpirun -n --ranks`.
+`mpirun -n --ranks`, each rank bound to its share of the cores.
 
 The command can be stopped and started again: a run that ended (its `ddrl train` exited 0:
 frame budget, target or time limit) is marked finished and skipped; one that was stopped
@@ -11,12 +11,12 @@ running run, which checkpoints before the sweep stops (exit 3).
 from __future__ import annotations
 
 import argparse
-import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+from ddrl.distributed.launch import mpirun_command
 from ddrl.errors import DdrlError
 from ddrl.slurm_script import sweep_lines, task_config, train_args
 
@@ -40,9 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.ranks < 1:
         raise DdrlError(f"--ranks {args.ranks}: a run needs at least 1 rank")
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        raise DdrlError("mpirun not found: install an MPI library (docs/install.md)")
+    launch = mpirun_command(args.ranks)
     # Every line checked before the first run starts: a typo on line 17 must not wait hours.
     lines = sweep_lines(args.sweep)
     runs = [task_config(args.job, args.set, args.sweep, task) for task in range(len(lines))]
@@ -54,9 +52,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"ddrl sweep: {name}: finished already, in {run_dir}", flush=True)
             continue
         print(f"ddrl sweep: {name}", flush=True)
-        cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-               "-n", str(args.ranks), sys.executable, "-m", "ddrl", "train",
-               *train_args(job, sets, run_dir)]
+        cmd = [*launch, sys.executable, "-m", "ddrl", "train", *train_args(job, sets, run_dir)]
         code, asked = _run_forwarding_signals(cmd)
         if code == 0:
             (run_dir / FINISHED).touch()

@@ -202,7 +202,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
                               "world_size": world.size, "nodes": world.hosts,
                               "damaged_log": int(log.damaged is not None)})
         if cfg.eval.episodes:
-            evaluator = BackgroundEvaluator(cfg, spec, cores, deterministic)
+            evaluator = BackgroundEvaluator(cfg, spec, cores, deterministic, world.node_cpus)
         say(f"[ddrl] {cfg.env.id} {cfg.node.mode} x {world.size} rank(s) on {world.hosts} "
             f"host(s), {learner.num_params:,} parameters in {precision}, sync {sync.name}, "
             f"run directory {run_dir}" + (f" (resumed at update {counters.update})"

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DDRL, JOBS, ROOT, ddrl, env_for_tests, table
+from conftest import DDRL, JOBS, ROOT, ddrl, env_for_tests, rank_pid, table
+
+from ddrl.distributed.launch import mpirun_command
 
 # Frequent evaluations on CartPole (at niceness 0, as its job files have it).
 EVALS = ["--set", "eval.every=20", "--set", "eval.target=none"]
@@ -29,13 +31,16 @@ def start(run_dir: Path, *sets: str) -> subprocess.Popen:
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
-def worker_of(proc: subprocess.Popen, timeout: float = 90, other_than: int = 0) -> int:
-    """The pid of the run's evaluator process, once it has one (not `other_than`). A run that
-    ends or outlasts `timeout` first fails the test with what it printed, and, when it still
-    runs, where its threads are (py-spy)."""
+def worker_of(proc: subprocess.Popen, timeout: float = 90, other_than: int = 0,
+              rank0: int = 0) -> int:
+    """The pid of the run's evaluator process, once it has one (not `other_than`); `rank0`:
+    the pid of rank 0 where `proc` is its launcher. A run that ends or outlasts `timeout` first
+    fails the test with what it printed, and, when it still runs, where its threads are
+    (py-spy)."""
     deadline = time.monotonic() + timeout
+    rank0 = rank0 or proc.pid
     while time.monotonic() < deadline and proc.poll() is None:
-        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        children = Path(f"/proc/{rank0}/task/{rank0}/children").read_text().split()
         for child in (c for c in map(int, children) if c != other_than):
             try:
                 if b"ddrl.loop.eval_worker" in Path(f"/proc/{child}/cmdline").read_bytes():
@@ -154,6 +159,26 @@ def test_rank0_killed_takes_its_evaluator_with_it(run_dir):
         assert gone(worker), "the evaluator outlived rank 0"
     finally:
         proc.kill()
+
+
+def test_the_evaluator_may_use_the_cores_of_every_rank_on_its_machine(run_dir):
+    """Ranks bound to cores as ddrl starts them (`make run`, sweeps, benchmarks; one core each
+    on a 2-core machine): rank 0's evaluator is not held to rank 0's core, it may take the time
+    any rank of the job leaves idle, and no core beyond theirs."""
+    proc = subprocess.Popen([*mpirun_command(2), *DDRL, "train", str(JOBS / "cartpole.toml"),
+                             "--out", str(run_dir), *EVALS, "--set", "run.max_minutes=0.5",
+                             "--set", "run.max_frames=100000000"],
+                            cwd=ROOT, env=env_for_tests(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        ranks = [rank_pid(run_dir, r, wait=60) for r in (0, 1)]
+        worker = worker_of(proc, rank0=ranks[0])
+        cpus = [os.sched_getaffinity(pid) for pid in ranks]
+        assert os.sched_getaffinity(worker) == cpus[0] | cpus[1], (cpus, worker)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 3), (signal.SIGINT, 130)])

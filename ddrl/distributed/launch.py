@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 
 from ddrl.errors import DdrlError
 
@@ -23,3 +24,8 @@ def mpirun_command(ranks: int, bind: bool = True) -> list[str]:
     if bind and per_rank >= 1:
         return [*cmd, "--map-by", f"slot:PE={per_rank}", "--bind-to", "core"]
     return [*cmd, "--oversubscribe", "--bind-to", "none"]
+
+
+if __name__ == "__main__":
+    # `python -m ddrl.distributed.launch N`: the command line, for the Makefile's `make run`.
+    print(" ".join(mpirun_command(int(sys.argv[1]))))

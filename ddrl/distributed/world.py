@@ -26,6 +26,9 @@ class World:
     # actors and learner, as in the paper).
     hosts: int = 1
     comm: Any = None
+    # The CPUs the job's ranks on this machine are bound to, all of them: where rank 0's
+    # evaluator may use the time a rank leaves idle (empty: this process's own).
+    node_cpus: frozenset[int] = frozenset()
 
     @property
     def is_root(self) -> bool:
@@ -69,10 +72,11 @@ def discover(need_mpi: bool) -> World:
         comm = MPI.COMM_WORLD
         local = comm.Split_type(MPI.COMM_TYPE_SHARED)
         hosts = comm.allgather(socket.gethostname())
+        node_cpus = frozenset().union(*local.allgather(os.sched_getaffinity(0)))
         world = World(comm.Get_rank(), comm.Get_size(), local.Get_rank(), local.Get_size(),
-                      len(set(hosts)), comm)
+                      len(set(hosts)), comm, node_cpus)
     else:
-        world = World()
+        world = World(node_cpus=frozenset(os.sched_getaffinity(0)))
     expected = _slurm_expected_tasks()
     if expected is not None and expected != world.size:
         raise DdrlError(

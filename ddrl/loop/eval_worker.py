@@ -1,6 +1,7 @@
-"""The evaluator's own process: `python -m ddrl.loop.eval_worker FD_IN FD_OUT`, started by rank
-0's `BackgroundEvaluator`. It plays the evaluations it is sent with a TensorFlow and simulators of
-its own, at a lower CPU priority, and reports each result with the CPU time it took.
+"""The evaluator's own process: `python -m ddrl.loop.eval_worker FD_IN FD_OUT CPUS`, started by
+rank 0's `BackgroundEvaluator`. It plays the evaluations it is sent with a TensorFlow and
+simulators of its own, at a lower CPU priority, on the CPUs listed (comma-separated; empty: rank
+0's), and reports each result with the CPU time it took.
 
 A process, not a thread of rank 0: a thread shared rank 0's GIL and TensorFlow pools with the
 trainer, which then waited on it; the whole job waited on rank 0 in the all-reduce.
@@ -30,7 +31,11 @@ def lower_priority(nice: int) -> None:
         os.setpriority(os.PRIO_PROCESS, int(task), nice)
 
 
-def main(fd_in: int, fd_out: int) -> int:
+def main(fd_in: int, fd_out: int, cpus: set[int]) -> int:
+    if cpus:
+        # Before any thread exists: the threads started below (TensorFlow's pools, the
+        # simulators') inherit it.
+        os.sched_setaffinity(0, cpus)
     # Stop signals are rank 0's to act on (a terminal's Ctrl-C, Slurm's warnings reach the
     # whole process group): it ends this process, or this process sees its pipe close.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
@@ -86,4 +91,5 @@ def main(fd_in: int, fd_out: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]), int(sys.argv[2])))
+    sys.exit(main(int(sys.argv[1]), int(sys.argv[2]),
+                  {int(c) for c in sys.argv[3].split(",") if c}))

@@ -112,10 +112,13 @@ class BackgroundEvaluator:
     (the paper used a separate node). The process runs at `eval.nice`, and its CPU time stays
     within `eval.cpu_share` of `cores`, one rank's: in a synchronous job, what it takes from
     any rank holds back all of them, so that share is what evaluating may cost the run's
-    throughput."""
+    throughput. It may run on `cpus`, every core of the job's ranks on this machine: with each
+    rank bound to its own, a worker held to rank 0's would wait for rank 0's idle moments alone,
+    while at its low priority it can take any rank's."""
 
-    def __init__(self, cfg: Config, spec: tuple, cores: int, deterministic: bool):
-        self._cfg, self._spec, self._cores = cfg, spec, cores
+    def __init__(self, cfg: Config, spec: tuple, cores: int, deterministic: bool,
+                 cpus: frozenset[int] = frozenset()):
+        self._cfg, self._spec, self._cores, self._cpus = cfg, spec, cores, cpus
         self._deterministic = deterministic
         self._since = time.monotonic()
         self._cpu = 0.0  # the evaluations' CPU time so far, all workers'
@@ -152,7 +155,8 @@ class BackgroundEvaluator:
         from_read, from_write = os.pipe()
         # Only its own ends reach the worker, so it sees end-of-file when this process ends.
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", WORKER, str(to_read), str(from_write)],
+            [sys.executable, "-m", WORKER, str(to_read), str(from_write),
+             ",".join(map(str, sorted(self._cpus)))],
             pass_fds=(to_read, from_write), stdin=subprocess.DEVNULL)
         os.close(to_read)
         os.close(from_write)
