@@ -21,6 +21,9 @@ PREFIX = "ckpt-"
 # The weights of the best greedy evaluation so far: training goes on while the evaluator plays,
 # so the last checkpoint can be worse than the policy that reached eval.target.
 BEST = "best.npz"
+# The weights due for evaluation that the evaluator had not played at the last checkpoint:
+# a resumed run plays them once its target is hit, as the stopped run would have.
+UNPLAYED = "unplayed.npz"
 
 
 @dataclass
@@ -92,6 +95,30 @@ def save_best(directory: Path, ckpt: Checkpoint) -> Path:
     path = directory / BEST
     _write(path, ckpt)
     return path
+
+
+def save_unplayed(directory: Path, snaps: list[Checkpoint]) -> None:
+    """Their weights and counters (no optimizer state), or no file when there are none."""
+    path = directory / UNPLAYED
+    if not snaps:
+        path.unlink(missing_ok=True)
+        return
+    write_arrays(path, {"weights": np.stack([s.weights for s in snaps]),
+                        "update": np.array([s.update for s in snaps], np.int64),
+                        "frames": np.array([s.frames for s in snaps], np.int64),
+                        "wall_time": np.array([s.wall_time for s in snaps], np.float64)})
+
+
+def load_unplayed(directory: Path, up_to: int) -> list[Checkpoint]:
+    """Those taken at or before update `up_to`, the checkpoint resumed from: a resume from an
+    older checkpoint (the newest damaged) trains again past the others."""
+    path = directory / UNPLAYED
+    if not path.is_file():
+        return []
+    data = read_arrays(path)
+    return [Checkpoint(int(u), int(f), float(t), 0, w, [])
+            for w, u, f, t in zip(data["weights"], data["update"], data["frames"],
+                                  data["wall_time"]) if u <= up_to]
 
 
 def best_score(directory: Path) -> float | None:

@@ -133,6 +133,10 @@ class BackgroundEvaluator:
     def busy(self) -> bool:
         return self._pending is not None
 
+    @property
+    def playing(self) -> Snapshot | None:
+        return self._pending.snapshot if self._pending is not None else None
+
     def within_budget(self) -> bool:
         """Whether an evaluation that takes as much CPU time as the last one fits the share.
         The first starts when due, whatever it will take: nothing is known of its cost."""

@@ -48,6 +48,14 @@ EXIT_NONFINITE = 5
 SKIPPED_BYTES = 256 << 20
 
 
+def _save(directory: Path, ckpt: checkpoint.Checkpoint, keep: int,
+          unplayed: list[checkpoint.Checkpoint]) -> Path:
+    # The unplayed weights first: a stop between the two leaves some newer than the checkpoint,
+    # which a resume drops, rather than the checkpoint without its newest unplayed.
+    checkpoint.save_unplayed(directory, unplayed)
+    return checkpoint.save(directory, ckpt, keep)
+
+
 class Trainer:
     def __init__(self, cfg: Config, world: World, learner: Learner, actors: Actors, sync: Sync,
                  run_dir: Path, counters: Counters, log: RunLog | None,
@@ -72,6 +80,9 @@ class Trainer:
         # Those skipped before the last evaluation started: after a hit, before the hit (no
         # evaluation starts after one).
         self._gap: list[Snapshot] = []
+        if world.is_root and cfg.eval.target is not None:
+            self._skipped = [Snapshot(u.weights, u.update, u.frames, u.wall_time) for u in
+                             checkpoint.load_unplayed(run_dir / "checkpoints", counters.update)]
         self._best = checkpoint.best_score(run_dir / "checkpoints") if world.is_root else None
         self._last_checkpoint = time.monotonic()
         # Periodic checkpoints are written off the training thread (a large net's .npz takes
@@ -221,6 +232,14 @@ class Trainer:
             self._skipped.append(self._snapshot())
             del self._skipped[:-max(1, SKIPPED_BYTES // self._skipped[-1].weights.nbytes)]
 
+    def _unplayed(self) -> list[Snapshot]:
+        """The weights due and not yet scored: while an evaluation plays, its own and those
+        skipped before it too (they are played if it hits the target)."""
+        if self.cfg.eval.target is None:
+            return []
+        playing = self.evaluator.playing if self.evaluator is not None else None
+        return [*self._gap, playing, *self._skipped] if playing else list(self._skipped)
+
     def _snapshot(self) -> Snapshot:
         c = self.counters
         return Snapshot(self.learner.get_weights(), c.update, c.frames, c.wall_time)
@@ -292,11 +311,13 @@ class Trainer:
         args = (self.run_dir / "checkpoints", checkpoint.Checkpoint(
             c.update, c.frames, c.wall_time, c.restarts, weights,
             [a.copy() for a in self.learner.get_optimizer_state()]),
-            self.cfg.run.keep_checkpoints)
+            self.cfg.run.keep_checkpoints,
+            [checkpoint.Checkpoint(s.update, s.frames, s.wall_time, c.restarts, s.weights, [])
+             for s in self._unplayed()])
         if background:
-            self._writing = self._writer.submit(checkpoint.save, *args)
+            self._writing = self._writer.submit(_save, *args)
             return None
-        return checkpoint.save(*args)
+        return _save(*args)
 
     def _wait_for_writer(self) -> None:
         if self._writing is not None:

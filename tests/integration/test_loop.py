@@ -18,7 +18,7 @@ from ddrl.distributed.sync import LocalSync
 from ddrl.distributed.world import World
 from ddrl.log import RunLog
 from ddrl.loop.bookkeeping import NONFINITE_LIMIT, Counters
-from ddrl.loop.evaluator import EvalDone, EvalResult
+from ddrl.loop.evaluator import EvalDone, EvalResult, Snapshot
 from ddrl.loop.trainer import EXIT_NONFINITE, EXIT_SIGNALLED, Trainer
 from ddrl.signals import StopSignals
 
@@ -117,6 +117,11 @@ class FakeEvaluator:
     @property
     def busy(self) -> bool:
         return self._done is not None
+
+    @property
+    def playing(self) -> Snapshot | None:
+        d = self._done
+        return Snapshot(d.weights, d.update, d.frames, d.wall_time) if d is not None else None
 
     def start(self, snap) -> None:
         self.started.append(snap.update)
@@ -293,3 +298,46 @@ def test_weights_skipped_while_the_evaluator_played_are_evaluated_after_the_targ
     assert (hit["update"], hit["frames"]) == (20, 20 * FRAMES_PER_BATCH)
     # 23's score is read at update 30; the stop travels in the next: no evaluation after it.
     assert trainer.counters.update == 31 and trainer.progress.eval_score == 23  # the newest
+
+
+def test_weights_not_yet_evaluated_at_a_stop_are_played_once_the_resumed_run_hits_the_target(
+        tmp_path):
+    """As above, but a stop signal ends the run at update 21, while 16's evaluation plays and
+    18's and 20's wait: the checkpoint keeps them, with 16's and those skipped before 16 (played
+    had 16 hit). The resumed run evaluates 22, which hits; then the kept weights play, oldest
+    first, until one hits: 20, the time to target the run without the stop found."""
+    from analysis.load import load_run
+    from analysis.scores import first_reaching
+
+    def score(update: int) -> float:
+        return update if update >= 20 else 0.0
+
+    sets = ["run.max_frames=100000", "eval.every=2", "eval.target=18"]
+    first = FakeEvaluator(score, polls=7)
+    actors = FakeActors(on_batch=lambda n: os.kill(os.getpid(), signal.SIGUSR1) if n == 21 else None)
+    previous = signal.getsignal(signal.SIGUSR1)
+    try:
+        assert run(make_trainer(tmp_path, sets, actors=actors, evaluator=first)) == EXIT_SIGNALLED
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert first.started == [2, 9, 16]
+    kept = checkpoint.load_unplayed(tmp_path / "checkpoints", 21)
+    assert [k.update for k in kept] == [10, 12, 14, 16, 18, 20]
+    assert [k.frames for k in kept] == [u * FRAMES_PER_BATCH for u in (10, 12, 14, 16, 18, 20)]
+    # A resume from an older checkpoint drops those taken after it.
+    assert [k.update for k in checkpoint.load_unplayed(tmp_path / "checkpoints", 15)] == \
+        [10, 12, 14]
+
+    ckpt = checkpoint.load(checkpoint.latest(tmp_path / "checkpoints"))
+    cfg = load_config(JOBS / "cartpole.toml", ["run.progress_seconds=1000", *sets])
+    counters = Counters(ckpt.update, ckpt.frames, ckpt.wall_time, 1)
+    log = RunLog.resume(tmp_path / "log.h5", ckpt.update, ckpt.frames, 1, {})
+    learner = FakeLearner()
+    learner.set_weights(ckpt.weights)
+    second = FakeEvaluator(score)
+    resumed = Trainer(cfg, World(), learner, FakeActors(), LocalSync(World()), tmp_path,
+                      counters, log, second)
+    assert run(resumed) == 0
+    assert second.started == [22, 10, 12, 14, 16, 18, 20]
+    hit = first_reaching(load_run(tmp_path)["eval"], 18.0)
+    assert (hit["update"], hit["frames"]) == (20, 20 * FRAMES_PER_BATCH)
