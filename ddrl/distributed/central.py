@@ -415,7 +415,8 @@ class CentralSync(LocalSync):
     name = "central"
 
     def __init__(self, world: World, own_comm: Any, pool: RemotePool):
-        super().__init__(World(0, 1, world.local_rank, world.local_size, world.hosts, own_comm))
+        super().__init__(World(0, 1, world.local_rank, world.local_size, world.hosts, own_comm,
+                               world.node_cpus))
         self._job = world
         self._pool = pool
 

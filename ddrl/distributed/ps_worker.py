@@ -53,7 +53,8 @@ class PsSync(LocalSync):
     def __init__(self, cfg: Config, world: World, num_params: int):
         layout, own_comm = split(cfg, world)
         super().__init__(WorkerWorld(world.rank, layout.workers, world.local_rank,
-                                     world.local_size, world.hosts, own_comm, world.comm))
+                                     world.local_size, world.hosts, own_comm,
+                                     node_cpus=world.node_cpus, job_comm=world.comm))
         self._job = world
         self._comm = world.comm
         self._layout = layout
