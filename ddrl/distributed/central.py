@@ -416,7 +416,7 @@ class CentralSync(LocalSync):
 
     def __init__(self, world: World, own_comm: Any, pool: RemotePool):
         super().__init__(World(0, 1, world.local_rank, world.local_size, world.hosts, own_comm,
-                               world.node_cpus))
+                               node_cpus=world.node_cpus))
         self._job = world
         self._pool = pool
 

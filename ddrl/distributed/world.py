@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ddrl.errors import DdrlError
@@ -27,8 +27,9 @@ class World:
     hosts: int = 1
     comm: Any = None
     # The CPUs the job's ranks on this machine are bound to, all of them: where rank 0's
-    # evaluator may use the time a rank leaves idle (empty: this process's own).
-    node_cpus: frozenset[int] = frozenset()
+    # evaluator may use the time a rank leaves idle (empty: this process's own). By name only,
+    # so that the worlds built on this one (ps_worker's, central's) keep their positions.
+    node_cpus: frozenset[int] = field(default=frozenset(), kw_only=True)
 
     @property
     def is_root(self) -> bool:
@@ -74,7 +75,7 @@ def discover(need_mpi: bool) -> World:
         hosts = comm.allgather(socket.gethostname())
         node_cpus = frozenset().union(*local.allgather(os.sched_getaffinity(0)))
         world = World(comm.Get_rank(), comm.Get_size(), local.Get_rank(), local.Get_size(),
-                      len(set(hosts)), comm, node_cpus)
+                      len(set(hosts)), comm, node_cpus=node_cpus)
     else:
         world = World(node_cpus=frozenset(os.sched_getaffinity(0)))
     expected = _slurm_expected_tasks()
