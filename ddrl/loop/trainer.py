@@ -214,10 +214,9 @@ class Trainer:
     def _maybe_start_eval(self) -> None:
         """At each eval.every-th update, or at the first after it when the evaluator was still
         playing or over its CPU share then: the newest weights first, so the run follows its
-        progress. With a target, the weights due meanwhile are kept: once the target is hit,
-        those skipped before the hit are played (`_play_backfill`), so the time to target is
-        the one an evaluation every eval.every updates would have found, not the evaluator's
-        pace (a nice-19 evaluator takes minutes per evaluation of long games)."""
+        progress. With a target, the weights due meanwhile are kept and played once the run
+        is over (`_play_owed`): the evaluator's pace (a nice-19 evaluator takes minutes per
+        evaluation of long games) delays the run's end, not its time to target."""
         c, ev, every = self.counters, self.evaluator, self.cfg.eval.every
         if ev is None or not self.cfg.eval.episodes or self._target_reached \
                 or c.update // every <= self._eval_mark // every:
@@ -249,25 +248,44 @@ class Trainer:
         if done is not None:
             self._log_eval(done)
 
-    def _play_backfill(self, stop: threading.Event) -> None:
-        """The weights skipped before the evaluation that hit the target, oldest first, until
-        one reaches it too (the run is over: the evaluator has the cores). Each is logged
-        with its own update, frames and wall time, after the hit: /eval is in logged order,
-        which `analysis` sorts by update."""
-        if not self._target_reached or not self._gap:
+    def _play_owed(self, stop: threading.Event, on_budget: bool) -> None:
+        """The weights due and not yet scored, oldest first, until one reaches the target (the
+        run is over: the evaluator has the cores). After a hit, those skipped before the
+        evaluation that hit; after a run that used its budget without a hit, all it kept: so the
+        time to target is the one an evaluation every eval.every updates would have found, not
+        the evaluator's pace. Each is logged with its own update, frames and wall time, after
+        the run's rows: /eval is in logged order, which `analysis` sorts by update. Those left
+        unplayed (a stop signal) stay in checkpoints/unplayed.npz."""
+        if self._target_reached:
+            owed, why = self._gap, "target reached; evaluating the weights skipped before the " \
+                "ones that reached it"
+        elif on_budget and self.cfg.eval.target is not None:
+            owed, why = [*self._gap, *self._skipped], "target not reached; evaluating the " \
+                "weights the evaluator had no time for"
+        else:
             return
-        first, last = self._gap[0].update, self._gap[-1].update
-        say(f"[ddrl] target reached; evaluating the {len(self._gap)} weights skipped before "
-            f"the ones that reached it (updates {first}-{last}), oldest first")
-        for snap in self._gap:
+        if not owed:
+            return
+        say(f"[ddrl] {why} ({len(owed)}, updates {owed[0].update}-{owed[-1].update}), oldest "
+            f"first, until one reaches it")
+        played = 0
+        for snap in owed:
             if stop.is_set():
-                return
+                break
             self.evaluator.start(snap)
             done = self.evaluator.poll(wait=True, stop=stop)
-            if done is not None:
-                self._log_eval(done)
-                if done.result.mean >= self.cfg.eval.target:
-                    return
+            if done is None:
+                break
+            played += 1
+            self._log_eval(done)
+            if done.result.mean >= self.cfg.eval.target:
+                break
+        checkpoint.save_unplayed(self.run_dir / "checkpoints",
+                                 self._as_checkpoints(owed[played:]))
+
+    def _as_checkpoints(self, snaps: list[Snapshot]) -> list[checkpoint.Checkpoint]:
+        return [checkpoint.Checkpoint(s.update, s.frames, s.wall_time, self.counters.restarts,
+                                      s.weights, []) for s in snaps]
 
     def _log_eval(self, done: EvalDone) -> None:
         res = done.result
@@ -311,9 +329,7 @@ class Trainer:
         args = (self.run_dir / "checkpoints", checkpoint.Checkpoint(
             c.update, c.frames, c.wall_time, c.restarts, weights,
             [a.copy() for a in self.learner.get_optimizer_state()]),
-            self.cfg.run.keep_checkpoints,
-            [checkpoint.Checkpoint(s.update, s.frames, s.wall_time, c.restarts, s.weights, [])
-             for s in self._unplayed()])
+            self.cfg.run.keep_checkpoints, self._as_checkpoints(self._unplayed()))
         if background:
             self._writing = self._writer.submit(_save, *args)
             return None
@@ -356,7 +372,7 @@ class Trainer:
         c = self.counters
         if reason != "signal":
             self._poll_eval(wait=True, stop=signalled)
-            self._play_backfill(signalled)
+            self._play_owed(signalled, on_budget=reason in ("frames", "time"))
         if self.evaluator is not None:
             self.evaluator.cancel()
         complete = True

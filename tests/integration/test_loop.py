@@ -300,6 +300,27 @@ def test_weights_skipped_while_the_evaluator_played_are_evaluated_after_the_targ
     assert trainer.counters.update == 31 and trainer.progress.eval_score == 23  # the newest
 
 
+def test_a_run_that_uses_its_budget_without_a_hit_plays_the_weights_its_evaluator_had_no_time_for(
+        tmp_path):
+    """Evaluations take 7 updates; the run ends on its frames at update 27, and none of its
+    evaluations (2, 9, 16, 23) reached the target. The weights due meanwhile play, oldest
+    first, until one hits: 18 (below), 20 (hits); 22, 24 and 26 stay in unplayed.npz. Then the
+    final evaluation of the last weights, as for any budget stop."""
+    from analysis.load import load_run
+    from analysis.scores import first_reaching
+
+    evaluator = FakeEvaluator(score=lambda update: 20.0 if update in (20, 24) else 0.0, polls=7)
+    trainer = make_trainer(tmp_path, [f"run.max_frames={27 * FRAMES_PER_BATCH}", "eval.every=2",
+                                      "eval.target=18"], evaluator=evaluator)
+    assert run(trainer) == 0
+    assert evaluator.started == [2, 9, 16, 23, 18, 20]
+    assert rows(tmp_path, "eval")["update"].tolist() == [*evaluator.started, 27]
+    hit = first_reaching(load_run(tmp_path)["eval"], 18.0)
+    assert (hit["update"], hit["frames"]) == (20, 20 * FRAMES_PER_BATCH)
+    assert [k.update for k in checkpoint.load_unplayed(tmp_path / "checkpoints", 27)] == \
+        [22, 24, 26]
+
+
 def test_weights_not_yet_evaluated_at_a_stop_are_played_once_the_resumed_run_hits_the_target(
         tmp_path):
     """As above, but a stop signal ends the run at update 21, while 16's evaluation plays and
