@@ -259,7 +259,7 @@ class Trainer:
         if self._target_reached:
             owed, why = self._gap, "target reached; evaluating the weights skipped before the " \
                 "ones that reached it"
-        elif on_budget and self.cfg.eval.target is not None:
+        elif on_budget:  # without a target nothing is kept: the lists are empty
             owed, why = [*self._gap, *self._skipped], "target not reached; evaluating the " \
                 "weights the evaluator had no time for"
         else:
@@ -280,8 +280,9 @@ class Trainer:
             self._log_eval(done)
             if done.result.mean >= self.cfg.eval.target:
                 break
-        checkpoint.save_unplayed(self.run_dir / "checkpoints",
-                                 self._as_checkpoints(owed[played:]))
+        if played:  # else the final checkpoint's unplayed.npz already holds them all
+            checkpoint.save_unplayed(self.run_dir / "checkpoints",
+                                     self._as_checkpoints(owed[played:]))
 
     def _as_checkpoints(self, snaps: list[Snapshot]) -> list[checkpoint.Checkpoint]:
         return [checkpoint.Checkpoint(s.update, s.frames, s.wall_time, self.counters.restarts,
