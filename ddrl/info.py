@@ -50,7 +50,8 @@ def mpi_library() -> str:
     try:
         from mpi4py import MPI
 
-        return MPI.Get_library_version().splitlines()[0].strip()
+        # Open MPI's string ends in a NUL, which makes grep call `info`'s output binary.
+        return MPI.Get_library_version().splitlines()[0].strip().rstrip("\x00")
     except Exception as exc:  # mpi4py without a working MPI still lets `info` report the rest
         return f"unavailable ({exc.__class__.__name__})"
 
@@ -78,8 +79,12 @@ def cpu_summary() -> str:
                      if line.startswith("model name"))
     except (OSError, StopIteration):
         model = platform.processor() or platform.machine()
+    # oneDNN (TensorFlow's CPU kernels) runs no wider than ONEDNN_MAX_CPU_ISA: a figure taken
+    # under it stands for a CPU with that ISA, not for the one the features name.
+    isa = os.environ.get("ONEDNN_MAX_CPU_ISA")
     return (f"{model}, {len(os.sched_getaffinity(0))} cores, "
-            f"features: {' '.join(cpu_features()) or '-'}")
+            f"features: {' '.join(cpu_features()) or '-'}"
+            + (f", oneDNN limited to {isa.lower()} (ONEDNN_MAX_CPU_ISA)" if isa else ""))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import JOBS, NO_EVAL, ddrl, table
+from conftest import JOBS, NO_EVAL, ddrl, env_for_tests, table
 
 NUMBER = r"[\d,]+(?:\.\d+)?"
 
@@ -85,8 +85,13 @@ def test_a2c_alternating_groups_reproducible(tmp_path):
 
 @pytest.mark.newest_stack
 def test_info_model_parameter_counts_and_devices():
-    res = ddrl("info", "--model", "ddrl", "nature", "a3c", timeout=120)
+    # Under oneDNN's ISA limit (how an AVX2-only CPU is stood for) the CPU line says so, as
+    # every benchmark's header, which prints the same line.
+    res = ddrl("info", "--model", "ddrl", "nature", "a3c", timeout=120,
+               env={**env_for_tests(), "ONEDNN_MAX_CPU_ISA": "AVX2"})
     assert res.returncode == 0, res.stderr
+    limited = r"^cpu\s+.*, oneDNN limited to avx2 \(ONEDNN_MAX_CPU_ISA\)$"
+    assert re.search(limited, res.stdout, re.M), res.stdout
     assert re.search(r"^devices\s+CPU:0\b.*; built with CUDA: (yes|no)$", res.stdout, re.M), res.stdout
     # Counted by hand: convolutions, FC, policy (6 actions) and value heads.
     expected = {"ddrl": (528_711, 130.05), "nature": (1_687_719, 18.69), "a3c": (677_943, 5.93)}
