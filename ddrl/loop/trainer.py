@@ -381,12 +381,16 @@ class Trainer:
             # A run that ends on its budget gets a score for its last weights.
             say(f"[ddrl] final evaluation: {self.cfg.eval.episodes} games with the weights of "
                 f"update {c.update}")
+            # Played here, on rank 0's own threads: the process's CPU time is the evaluation's,
+            # the ranks having stopped.
+            wall, cpu = time.monotonic(), time.process_time()
             res = evaluate(self.cfg, self.learner, self.cfg.eval.episodes,
                            derive_seed(self.cfg.run.seed, 0, f"final-eval/{c.update}"), signalled)
             complete = res is not None
             if complete:
                 self._log_eval(EvalDone(c.update, c.frames, c.wall_time, res,
-                                        self.learner.get_weights()))
+                                        self.learner.get_weights(), time.monotonic() - wall,
+                                        time.process_time() - cpu))
             else:
                 reason = f"{reason}; a stop signal cut its final evaluation short"
         self.log.close()

@@ -314,7 +314,10 @@ def test_a_run_that_uses_its_budget_without_a_hit_plays_the_weights_its_evaluato
                                       "eval.target=18"], evaluator=evaluator)
     assert run(trainer) == 0
     assert evaluator.started == [2, 9, 16, 23, 18, 20]
-    assert rows(tmp_path, "eval")["update"].tolist() == [*evaluator.started, 27]
+    evals = rows(tmp_path, "eval")
+    assert evals["update"].tolist() == [*evaluator.started, 27]
+    # The final evaluation, played by rank 0 itself, logs what it took too.
+    assert evals["seconds"][-1] > 0 and evals["cpu_seconds"][-1] > 0, evals[-1]
     hit = first_reaching(load_run(tmp_path)["eval"], 18.0)
     assert (hit["update"], hit["frames"]) == (20, 20 * FRAMES_PER_BATCH)
     assert [k.update for k in checkpoint.load_unplayed(tmp_path / "checkpoints", 27)] == \
