@@ -246,9 +246,10 @@ def test_cancel_checkpoints_and_the_job_stays_cancelled(slurm_cluster, tmp_path)
 def test_a_lost_rank_restarts_the_step_from_its_checkpoint(slurm_cluster, tmp_path, fault,
                                                            sig, sets, code):
     out = tmp_path / "run"
-    # The run ends on its training time (counted across restarts), whatever the CPU's speed.
+    # The run ends on its training time (counted across restarts), whatever the CPU's speed:
+    # the job's frame budget, out of reach (a fast CPU made CartPole's 400,000 within 20 s).
     job = slurm_cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),
-                               "--set", "run.max_minutes=0.4",
+                               "--set", "run.max_minutes=0.4", "--set", "run.max_frames=100000000",
                                "--set", "run.checkpoint_minutes=0.1", *sets, *FAST)
     deadline = time.monotonic() + 120
     while checkpoint.latest(out / "checkpoints") is None:
