@@ -74,11 +74,15 @@ def cpu_summary() -> str:
     """The CPU's model name, cores available to this process and vector features: what every
     measured figure is quoted with."""
     try:
-        model = next(line.split(":", 1)[1].strip()
-                     for line in Path("/proc/cpuinfo").read_text().splitlines()
-                     if line.startswith("model name"))
-    except (OSError, StopIteration):
-        model = platform.processor() or platform.machine()
+        fields = {key.strip(): value.strip() for key, _, value in
+                  (line.partition(":") for line in Path("/proc/cpuinfo").read_text().splitlines())}
+        model = fields["model name"]
+    except (OSError, KeyError):
+        fields, model = {}, platform.processor() or platform.machine()
+    # Virtual machines often name the CPU only "AMD EPYC" or "Intel Xeon Processor": the family
+    # and model numbers are what tell its generation (AMD family 26 is Zen 5, 25 Zen 3 or 4).
+    if "cpu family" in fields and "model" in fields:
+        model += f" (family {fields['cpu family']}, model {fields['model']})"
     # oneDNN (TensorFlow's CPU kernels) runs no wider than ONEDNN_MAX_CPU_ISA: a figure taken
     # under it stands for a CPU with that ISA, not for the one the features name.
     isa = os.environ.get("ONEDNN_MAX_CPU_ISA")

@@ -16,6 +16,7 @@ import pytest
 from conftest import DDRL, JOBS, ROOT, ddrl, env_for_tests, rank_pid, table
 
 from ddrl.distributed.launch import mpirun_command
+from ddrl.loop.evaluator import MAX_SIBLINGS
 
 # Frequent evaluations on CartPole (at niceness 0, as its job files have it).
 EVALS = ["--set", "eval.every=20", "--set", "eval.target=none"]
@@ -246,3 +247,27 @@ def test_bench_target_runs_each_seed_to_the_target_and_resumes(tmp_path):
     assert again.stdout.count("finished already") == 2, again.stdout
     assert re.findall(r"^\s+\d\s+\+.*$", again.stdout, re.M) == \
         re.findall(r"^\s+\d\s+\+.*$", res.stdout, re.M)
+
+
+def test_owed_evaluations_play_side_by_side_on_the_cores_the_stopped_run_leaves(tmp_path):
+    """Evaluations of 100 games are due every 10 updates, far more often than one plays: the
+    weights skipped before the evaluation that hits wait for the run's end, then play on one
+    evaluator process per core (as many as there are owed weights), oldest first. None is
+    played twice, and the time to target is no later than the hit that stopped the run."""
+    from analysis.load import load_run
+    from analysis.scores import first_reaching
+
+    out = tmp_path / "run"
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", out, "--set", "eval.every=10",
+               "--set", "eval.episodes=100", "--set", "eval.target=100",
+               "--set", "run.max_frames=400000", timeout=300)
+    assert res.returncode == 0, res.stderr
+    owed = re.search(r"target reached; evaluating the weights skipped before the ones that "
+                     r"reached it \((\d+), updates \d+-\d+\), oldest first, until one reaches "
+                     r"it; (\d+) evaluator process\(es\)", res.stdout)
+    assert owed, res.stdout
+    assert int(owed[2]) == min(int(owed[1]), len(os.sched_getaffinity(0)), 1 + MAX_SIBLINGS), owed[0]
+    evals = load_run(out)["eval"]
+    assert len(np.unique(evals["update"])) == len(evals)
+    in_run_hit = next(r for r in table(out, "eval") if r["mean_return"] >= 100)
+    assert first_reaching(evals, 100.0)["update"] <= in_run_hit["update"]

@@ -86,6 +86,9 @@ class EvalDone:
 
 # The evaluator process's program (it imports this module: named, not imported here).
 WORKER = "ddrl.loop.eval_worker"
+# The most evaluator processes that play the weights a run still owes once it is over: each
+# holds a TensorFlow and its simulators (about 0.6 GB for Atari).
+MAX_SIBLINGS = 7
 # A run gives up after this many evaluator processes died in a row (killed for memory,
 # crashed); one that died is replaced at the next evaluation.
 WORKER_DEATHS = 3
@@ -143,6 +146,14 @@ class BackgroundEvaluator:
         share = self._cfg.eval.cpu_share
         allowed = share * self._cores * (time.monotonic() - self._since)
         return share >= 1.0 or self._cpu + self._last_cpu <= allowed
+
+    def siblings(self, most: int) -> list[BackgroundEvaluator]:
+        """Up to `most` more evaluators like this one, one for each other core it may run on
+        (at most MAX_SIBLINGS): once the ranks have stopped, owed evaluations play side by
+        side on the cores they leave."""
+        spare = min(most, MAX_SIBLINGS, max(len(self._cpus), self._cores) - 1)
+        return [BackgroundEvaluator(self._cfg, self._spec, self._cores, self._deterministic,
+                                    self._cpus) for _ in range(spare)]
 
     def start(self, snapshot: Snapshot) -> None:
         if self._proc is None:

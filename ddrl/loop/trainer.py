@@ -84,6 +84,11 @@ class Trainer:
             self._skipped = [Snapshot(u.weights, u.update, u.frames, u.wall_time) for u in
                              checkpoint.load_unplayed(run_dir / "checkpoints", counters.update)]
         self._best = checkpoint.best_score(run_dir / "checkpoints") if world.is_root else None
+        if self._best is not None and cfg.eval.target is not None and self._best >= cfg.eval.target:
+            # Resumed after its hit (a stop cut the owed evaluations short): it trains no further
+            # and plays the weights it still owes.
+            self._target_reached = True
+            self._gap, self._skipped = self._skipped, []
         self._last_checkpoint = time.monotonic()
         # Periodic checkpoints are written off the training thread (a large net's .npz takes
         # seconds on a slow shared filesystem); one at a time, and a failed write surfaces at
@@ -233,9 +238,12 @@ class Trainer:
 
     def _unplayed(self) -> list[Snapshot]:
         """The weights due and not yet scored: while an evaluation plays, its own and those
-        skipped before it too (they are played if it hits the target)."""
+        skipped before it too (they are played if it hits the target); after a hit, those
+        skipped before it (the later ones cannot come before it)."""
         if self.cfg.eval.target is None:
             return []
+        if self._target_reached:
+            return list(self._gap)
         playing = self.evaluator.playing if self.evaluator is not None else None
         return [*self._gap, playing, *self._skipped] if playing else list(self._skipped)
 
@@ -250,12 +258,13 @@ class Trainer:
 
     def _play_owed(self, stop: threading.Event, on_budget: bool) -> None:
         """The weights due and not yet scored, oldest first, until one reaches the target (the
-        run is over: the evaluator has the cores). After a hit, those skipped before the
-        evaluation that hit; after a run that used its budget without a hit, all it kept: so the
-        time to target is the one an evaluation every eval.every updates would have found, not
-        the evaluator's pace. Each is logged with its own update, frames and wall time, after
-        the run's rows: /eval is in logged order, which `analysis` sorts by update. Those left
-        unplayed (a stop signal) stay in checkpoints/unplayed.npz."""
+        run is over: the evaluator has the cores, and as many evaluator processes as there are
+        cores play side by side). After a hit, those skipped before the evaluation that hit;
+        after a run that used its budget without a hit, all it kept: so the time to target is
+        the one an evaluation every eval.every updates would have found, not the evaluator's
+        pace. Each is logged with its own update, frames and wall time, after the run's rows:
+        /eval is in logged order, which `analysis` sorts by update. Those left unplayed (a stop
+        signal, a worker that died) stay in checkpoints/unplayed.npz."""
         if self._target_reached:
             owed, why = self._gap, "target reached; evaluating the weights skipped before the " \
                 "ones that reached it"
@@ -266,23 +275,54 @@ class Trainer:
             return
         if not owed:
             return
+        workers = [self.evaluator, *self.evaluator.siblings(len(owed) - 1)]
         say(f"[ddrl] {why} ({len(owed)}, updates {owed[0].update}-{owed[-1].update}), oldest "
-            f"first, until one reaches it")
-        played = 0
-        for snap in owed:
-            if stop.is_set():
+            f"first, until one reaches it; {len(workers)} evaluator process(es)")
+        left = self._play_in_order(owed, workers, stop)
+        for worker in workers[1:]:
+            worker.cancel()
+        if len(left) < len(owed):  # else the final checkpoint's unplayed.npz holds them all
+            checkpoint.save_unplayed(self.run_dir / "checkpoints", self._as_checkpoints(left))
+
+    def _play_in_order(self, owed: list[Snapshot], workers: list[BackgroundEvaluator],
+                       stop: threading.Event) -> list[Snapshot]:
+        """`owed` played in order on `workers`, each starting the next when free, until the
+        earliest to reach the target is known: all before it played, none after it started
+        (those after it still playing are abandoned). Those still owed: unplayed before the
+        first hit (a stop, a worker that died)."""
+        playing: dict[int, BackgroundEvaluator] = {}
+        logged: set[int] = set()
+        hit, upcoming = len(owed), 0  # hit: the earliest index known to reach the target
+        while not stop.is_set():
+            for worker in workers:
+                if not worker.busy and upcoming < hit:
+                    worker.start(owed[upcoming])
+                    playing[upcoming] = worker
+                    upcoming += 1
+            if not playing:
                 break
-            self.evaluator.start(snap)
-            done = self.evaluator.poll(wait=True, stop=stop)
-            if done is None:
-                break
-            played += 1
-            self._log_eval(done)
-            if done.result.mean >= self.cfg.eval.target:
-                break
-        if played:  # else the final checkpoint's unplayed.npz already holds them all
-            checkpoint.save_unplayed(self.run_dir / "checkpoints",
-                                     self._as_checkpoints(owed[played:]))
+            progressed = False
+            for i, worker in list(playing.items()):
+                done = worker.poll()
+                if done is None and worker.busy:
+                    continue
+                del playing[i]
+                progressed = True
+                if done is None:  # its worker died (a warning said so): none starts after it
+                    upcoming = len(owed)
+                    continue
+                if i < hit:
+                    self._log_eval(done)
+                    logged.add(i)
+                    if done.result.mean >= self.cfg.eval.target:
+                        hit = i
+            for i in [i for i in playing if i > hit]:
+                playing.pop(i).cancel()
+            if not progressed:
+                time.sleep(0.05)
+        for worker in playing.values():
+            worker.cancel()
+        return [snap for i, snap in enumerate(owed[:hit]) if i not in logged]
 
     def _as_checkpoints(self, snaps: list[Snapshot]) -> list[checkpoint.Checkpoint]:
         return [checkpoint.Checkpoint(s.update, s.frames, s.wall_time, self.counters.restarts,
@@ -369,15 +409,16 @@ class Trainer:
 
     def _finish_root(self, reason: str, signalled: threading.Event, path: Path | None) -> bool:
         """Rank 0's end of the run after its last checkpoint (`path`): evaluations, the log
-        closed. False when a stop signal cut the final evaluation short."""
+        closed. False when a stop signal cut them short: the owed ones, the final one."""
         c = self.counters
         if reason != "signal":
             self._poll_eval(wait=True, stop=signalled)
             self._play_owed(signalled, on_budget=reason in ("frames", "time"))
         if self.evaluator is not None:
             self.evaluator.cancel()
-        complete = True
-        if reason in ("frames", "time") and self.cfg.eval.episodes:
+        complete = reason == "signal" or not signalled.is_set()
+        final = reason in ("frames", "time") and self.cfg.eval.episodes
+        if complete and final:
             # A run that ends on its budget gets a score for its last weights.
             say(f"[ddrl] final evaluation: {self.cfg.eval.episodes} games with the weights of "
                 f"update {c.update}")
@@ -391,8 +432,10 @@ class Trainer:
                 self._log_eval(EvalDone(c.update, c.frames, c.wall_time, res,
                                         self.learner.get_weights(), time.monotonic() - wall,
                                         time.process_time() - cpu))
-            else:
-                reason = f"{reason}; a stop signal cut its final evaluation short"
+        if not complete:
+            # A resume plays what is left: the owed weights are in checkpoints/unplayed.npz.
+            reason = f"{reason}; a stop signal cut its " \
+                f"{'final evaluation' if final else 'owed evaluations'} short"
         self.log.close()
         self.progress.maybe_print(c.frames, c.wall_time, c.update, final=True)
         if reason == "nonfinite":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from pathlib import Path
 
 import h5py
@@ -106,13 +107,18 @@ class FakeActors:
 
 class FakeEvaluator:
     """Scores the weights of update u `score(u)`, read at the `polls`-th poll after the start
-    (one poll an update), or at once by a poll that waits."""
+    (one poll an update; `polls` may be a function of u), or at once by a poll that waits."""
 
-    def __init__(self, score, polls: int = 1):
-        self._score, self._polls = score, polls
+    def __init__(self, score, polls: int = 1, processes: int = 1,
+                 started: list[int] | None = None):
+        self._score, self._polls, self._processes = score, polls, processes
         self._done: EvalDone | None = None
         self._left = 0
-        self.started: list[int] = []
+        self.started: list[int] = [] if started is None else started  # all siblings' starts
+
+    def siblings(self, most: int) -> list[FakeEvaluator]:
+        return [FakeEvaluator(self._score, self._polls, 1, self.started)
+                for _ in range(min(most, self._processes - 1))]
 
     @property
     def busy(self) -> bool:
@@ -128,7 +134,7 @@ class FakeEvaluator:
         score = self._score(snap.update)
         self._done = EvalDone(snap.update, snap.frames, snap.wall_time,
                               EvalResult(score, 0.0, score, 10), snap.weights)
-        self._left = self._polls
+        self._left = self._polls(snap.update) if callable(self._polls) else self._polls
 
     def within_budget(self) -> bool:
         return True
@@ -141,7 +147,7 @@ class FakeEvaluator:
         return out
 
     def cancel(self) -> None:
-        pass
+        self._done = None
 
 
 def make_trainer(tmp_path: Path, sets: list[str], learner=None, actors=None, evaluator=None):
@@ -279,49 +285,124 @@ def test_a_stop_signal_in_the_final_evaluation_cuts_it_short_and_still_checkpoin
     assert len(rows(tmp_path, "eval")) == 0
 
 
+# After the run the owed evaluations play on one evaluator process or on several side by side
+# (one per core): the same evaluations are logged, the same time to target found.
+@pytest.mark.parametrize("processes", [1, 3])
 def test_weights_skipped_while_the_evaluator_played_are_evaluated_after_the_target_is_hit(
-        tmp_path):
+        tmp_path, processes):
     """Evaluations take 7 updates, so of the weights due every 2 updates three in four wait.
     Those of update 20 reach the target first but are skipped; 23's are evaluated and hit it.
     The run ends, then the weights skipped before 23 play, oldest first, until one hits:
-    18 (below), 20; 22 is never played. The run's time to target is 20's."""
+    18 (below), 20; 22 is never played (on 3 processes it starts beside them and is abandoned).
+    The run's time to target is 20's."""
     from analysis.load import load_run
     from analysis.scores import first_reaching
 
-    evaluator = FakeEvaluator(score=lambda update: update if update >= 20 else 0.0, polls=7)
+    on_disk = []
+
+    def score(update: int) -> float:
+        if update == 18:  # the first owed: the final checkpoint is written
+            on_disk.extend(k.update for k in checkpoint.load_unplayed(tmp_path / "checkpoints",
+                                                                      up_to=10**9))
+        return update if update >= 20 else 0.0
+
+    evaluator = FakeEvaluator(score, polls=7, processes=processes)
     trainer = make_trainer(tmp_path, ["run.max_frames=100000", "eval.every=2", "eval.target=18"],
                            evaluator=evaluator)
     assert run(trainer) == 0
-    assert evaluator.started == [2, 9, 16, 23, 18, 20]
-    assert rows(tmp_path, "eval")["update"].tolist() == evaluator.started
+    assert evaluator.started == [2, 9, 16, 23, 18, 20, *([22] if processes > 1 else [])]
+    # The final checkpoint keeps what the run owes (a kill during the owed play loses none).
+    assert on_disk == [18, 20, 22]
+    assert rows(tmp_path, "eval")["update"].tolist() == [2, 9, 16, 23, 18, 20]
     hit = first_reaching(load_run(tmp_path)["eval"], 18.0)
     assert (hit["update"], hit["frames"]) == (20, 20 * FRAMES_PER_BATCH)
     # 23's score is read at update 30; the stop travels in the next: no evaluation after it.
     assert trainer.counters.update == 31 and trainer.progress.eval_score == 23  # the newest
 
 
+@pytest.mark.parametrize("processes", [1, 3])
 def test_a_run_that_uses_its_budget_without_a_hit_plays_the_weights_its_evaluator_had_no_time_for(
-        tmp_path):
+        tmp_path, processes):
     """Evaluations take 7 updates; the run ends on its frames at update 27, and none of its
     evaluations (2, 9, 16, 23) reached the target. The weights due meanwhile play, oldest
-    first, until one hits: 18 (below), 20 (hits); 22, 24 and 26 stay in unplayed.npz. Then the
-    final evaluation of the last weights, as for any budget stop."""
+    first, until one hits: 18 (below), 20 (hits); 22, 24 and 26, after the hit, are owed no
+    more. Then the final evaluation of the last weights, as for any budget stop."""
     from analysis.load import load_run
     from analysis.scores import first_reaching
 
-    evaluator = FakeEvaluator(score=lambda update: 20.0 if update in (20, 24) else 0.0, polls=7)
+    evaluator = FakeEvaluator(score=lambda update: 20.0 if update in (20, 24) else 0.0, polls=7,
+                              processes=processes)
     trainer = make_trainer(tmp_path, [f"run.max_frames={27 * FRAMES_PER_BATCH}", "eval.every=2",
                                       "eval.target=18"], evaluator=evaluator)
     assert run(trainer) == 0
-    assert evaluator.started == [2, 9, 16, 23, 18, 20]
+    assert evaluator.started == [2, 9, 16, 23, 18, 20, *([22] if processes > 1 else [])]
     evals = rows(tmp_path, "eval")
-    assert evals["update"].tolist() == [*evaluator.started, 27]
+    assert evals["update"].tolist() == [2, 9, 16, 23, 18, 20, 27]
     # The final evaluation, played by rank 0 itself, logs what it took too.
     assert evals["seconds"][-1] > 0 and evals["cpu_seconds"][-1] > 0, evals[-1]
     hit = first_reaching(load_run(tmp_path)["eval"], 18.0)
     assert (hit["update"], hit["frames"]) == (20, 20 * FRAMES_PER_BATCH)
-    assert [k.update for k in checkpoint.load_unplayed(tmp_path / "checkpoints", 27)] == \
-        [22, 24, 26]
+    assert checkpoint.load_unplayed(tmp_path / "checkpoints", 27) == []
+
+
+def test_owed_evaluations_side_by_side_find_the_earliest_hit_whichever_ends_first(tmp_path):
+    """Three processes: 16's evaluation is slow (below the target), 18's slower (a hit), 20's
+    quick (a hit): 20's ends first, yet the time to target is 18's, which ends last; 22's,
+    after a known hit, never starts."""
+    from analysis.load import load_run
+    from analysis.scores import first_reaching
+
+    evaluator = FakeEvaluator(score=lambda update: 0.0 if update < 18 else 20.0,
+                              polls=lambda update: {16: 5, 18: 9}.get(update, 1), processes=3)
+    trainer = make_trainer(tmp_path, ["eval.target=18"], evaluator=evaluator)
+    owed = [Snapshot(np.zeros(1, np.float32), u, u * FRAMES_PER_BATCH, float(u))
+            for u in (16, 18, 20, 22)]
+    left = trainer._play_in_order(owed, [evaluator, *evaluator.siblings(3)], threading.Event())
+    trainer.log.close()
+    assert evaluator.started == [16, 18, 20] and left == []
+    assert rows(tmp_path, "eval")["update"].tolist() == [20, 16, 18]  # in the order they ended
+    assert first_reaching(load_run(tmp_path)["eval"], 18.0)["update"] == 18
+
+
+def test_a_stop_during_the_owed_evaluations_leaves_the_run_resumable_and_the_resume_plays_them(
+        tmp_path):
+    """As the first test above, but a stop signal arrives as the owed evaluations begin (18's
+    starts): the run exits resumable, not finished, with 18, 20 and 22 in unplayed.npz. The
+    resumed run, past its hit, trains one update and plays them until one hits: 20."""
+    from analysis.load import load_run
+    from analysis.scores import first_reaching
+
+    def score(update: int) -> float:
+        if update == 18 and not resumed:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return update if update >= 20 else 0.0
+
+    resumed = False
+    sets = ["run.max_frames=100000", "eval.every=2", "eval.target=18"]
+    first = FakeEvaluator(score, polls=7)
+    previous = signal.getsignal(signal.SIGUSR1)
+    try:
+        assert run(make_trainer(tmp_path, sets, evaluator=first)) == EXIT_SIGNALLED
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert first.started == [2, 9, 16, 23, 18]
+    assert rows(tmp_path, "eval")["update"].tolist() == [2, 9, 16, 23]
+    ckpt = checkpoint.load(checkpoint.latest(tmp_path / "checkpoints"))
+    assert [k.update for k in checkpoint.load_unplayed(tmp_path / "checkpoints", ckpt.update)] \
+        == [18, 20, 22]
+
+    resumed = True
+    cfg = load_config(JOBS / "cartpole.toml", ["run.progress_seconds=1000", *sets])
+    log = RunLog.resume(tmp_path / "log.h5", ckpt.update, ckpt.frames, 1, {})
+    learner = FakeLearner()
+    learner.set_weights(ckpt.weights)
+    second = FakeEvaluator(score)
+    trainer = Trainer(cfg, World(), learner, FakeActors(), LocalSync(World()), tmp_path,
+                      Counters(ckpt.update, ckpt.frames, ckpt.wall_time, 1), log, second)
+    assert run(trainer) == 0
+    assert trainer.counters.update == ckpt.update + 1 and second.started == [18, 20]
+    hit = first_reaching(load_run(tmp_path)["eval"], 18.0)
+    assert (hit["update"], hit["frames"]) == (20, 20 * FRAMES_PER_BATCH)
 
 
 def test_weights_not_yet_evaluated_at_a_stop_are_played_once_the_resumed_run_hits_the_target(
