@@ -30,14 +30,20 @@ def cores_per_rank(requested: int, local_ranks: int) -> int:
 
 
 @functools.cache
+def cpuinfo() -> dict[str, str]:
+    """The first CPU's fields in /proc/cpuinfo (model name, cpu family, model, flags, ...);
+    empty where it is unreadable."""
+    try:
+        first = Path("/proc/cpuinfo").read_text().split("\n\n", 1)[0]
+    except OSError:
+        return {}
+    return {key.strip(): value.strip() for key, sep, value in
+            (line.partition(":") for line in first.splitlines()) if sep}
+
+
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags as Linux lists them (none where /proc/cpuinfo is unreadable)."""
-    try:
-        line = next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("flags"))
-    except (OSError, StopIteration):
-        return frozenset()
-    return frozenset(line.split(":", 1)[1].split())
+    return frozenset(cpuinfo().get("flags", "").split())
 
 
 def configure_tensorflow(cores: int, deterministic: bool) -> None:

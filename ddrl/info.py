@@ -6,9 +6,8 @@ import argparse
 import importlib.metadata
 import os
 import platform
-from pathlib import Path
 
-from ddrl.cpus import cpu_flags
+from ddrl.cpus import cpu_flags, cpuinfo
 
 # An older install may hold tensorflow-cpu instead of tensorflow: `info` names whichever is there.
 TENSORFLOW = ("tensorflow", "tensorflow-cpu")
@@ -73,12 +72,8 @@ def cpu_features() -> list[str]:
 def cpu_summary() -> str:
     """The CPU's model name, cores available to this process and vector features: what every
     measured figure is quoted with."""
-    try:
-        fields = {key.strip(): value.strip() for key, _, value in
-                  (line.partition(":") for line in Path("/proc/cpuinfo").read_text().splitlines())}
-        model = fields["model name"]
-    except (OSError, KeyError):
-        fields, model = {}, platform.processor() or platform.machine()
+    fields = cpuinfo()
+    model = fields.get("model name") or platform.processor() or platform.machine()
     # Virtual machines often name the CPU only "AMD EPYC" or "Intel Xeon Processor": the family
     # and model numbers are what tell its generation (AMD family 26 is Zen 5, 25 Zen 3 or 4).
     if "cpu family" in fields and "model" in fields:

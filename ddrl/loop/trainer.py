@@ -80,15 +80,17 @@ class Trainer:
         # Those skipped before the last evaluation started: after a hit, before the hit (no
         # evaluation starts after one).
         self._gap: list[Snapshot] = []
-        if world.is_root and cfg.eval.target is not None:
-            self._skipped = [Snapshot(u.weights, u.update, u.frames, u.wall_time) for u in
-                             checkpoint.load_unplayed(run_dir / "checkpoints", counters.update)]
         self._best = checkpoint.best_score(run_dir / "checkpoints") if world.is_root else None
-        if self._best is not None and cfg.eval.target is not None and self._best >= cfg.eval.target:
-            # Resumed after its hit (a stop cut the owed evaluations short): it trains no further
-            # and plays the weights it still owes.
-            self._target_reached = True
-            self._gap, self._skipped = self._skipped, []
+        if world.is_root and cfg.eval.target is not None:
+            kept = [Snapshot(u.weights, u.update, u.frames, u.wall_time) for u in
+                    checkpoint.load_unplayed(run_dir / "checkpoints", counters.update)]
+            # Resumed after its hit (a stop cut the owed evaluations short): it trains no
+            # further and plays the weights it still owes.
+            self._target_reached = self._best is not None and self._best >= cfg.eval.target
+            if self._target_reached:
+                self._gap = kept
+            else:
+                self._skipped = kept
         self._last_checkpoint = time.monotonic()
         # Periodic checkpoints are written off the training thread (a large net's .npz takes
         # seconds on a slow shared filesystem); one at a time, and a failed write surfaces at
