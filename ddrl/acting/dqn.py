@@ -245,7 +245,10 @@ class DQNActors(Actors):
         """Prepopulation with uniformly random actions; at least n + 1 rounds, so that every
         stream has a transition with its n following steps. A stop signal cuts it short
         (the first update then carries the stop to every rank). A memory restored from a
-        run stopped during its prepopulation is filled up to dqn.prepopulate."""
+        run stopped during its prepopulation is filled up to dqn.prepopulate. A resumed run
+        whose memory was not kept refills it as its training would: the restored weights
+        acting at the schedule's epsilon; random play would fill the memory with a beginner's
+        games and log them as the agent's."""
         # The simulators start new games: in a restored memory too, each stream goes on
         # with a new game's stack.
         self.memory.begin(*self.samplers.first)
@@ -254,7 +257,10 @@ class DQNActors(Actors):
         if self._restored and missing <= 0:
             return
         rounds = max(math.ceil(missing / self.samplers.size), self.memory.steps_needed(a.n_step))
-        progress = PhaseProgress(f"rank {self.rank} prepopulating the replay memory",
+        eps = self._epsilon() if self.update else 1.0
+        predict = self.learner.predict if eps < 1.0 else None
+        acting = f" (the agent at epsilon {eps:.3g})" if predict else ""
+        progress = PhaseProgress(f"rank {self.rank} prepopulating the replay memory{acting}",
                                  rounds * self.samplers.size, "transitions",
                                  self.cfg.run.progress_seconds if self.rank == 0 else 0)
         # In chunks: a buffered step holds whole observation stacks, four times what the
@@ -263,8 +269,8 @@ class DQNActors(Actors):
             if chunk and stopping():
                 return
             progress.update(chunk * self.samplers.size)
-            self._store(self.samplers.collect(min(PREPOPULATE_CHUNK, rounds - chunk), None, 1.0,
-                                              self.update))
+            self._store(self.samplers.collect(min(PREPOPULATE_CHUNK, rounds - chunk), predict,
+                                              eps, self.update))
 
     def _replay_path(self, directory: Path) -> Path:
         return directory / f"replay-rank{self.rank}.npz"

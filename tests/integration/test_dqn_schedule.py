@@ -146,3 +146,26 @@ def test_a_memory_restored_below_prepopulate_is_filled_up_to_it(tmp_path):
         assert b.memory.transitions >= 1000
     finally:
         b.close()
+
+
+@pytest.mark.parametrize("update", [0, 20_000])
+def test_a_resumed_run_without_its_memory_refills_it_acting_as_the_agent(update):
+    """A fresh run prepopulates with random actions; a run resumed at update 20,000 without its
+    saved memory refills it with its weights at the schedule's epsilon (0.02 here): the stand-in
+    network's Q-values are all 0, so its greedy action is action 0."""
+    cfg = load_config(JOBS / "cartpole-dqn.toml", ["dqn.prepopulate=400", "node.batch_size=8",
+                                                 "dqn.replay_frames=5000"])
+    learner = Learner(cfg)
+    a = DQNActors(cfg, learner, rank=0, restart=1 if update else 0)
+    a.update = update
+    a.start(lambda: False)
+    try:
+        acted = a.memory.actions[a.memory.acted]
+        assert len(acted) >= 400
+        share_of_action_0 = float(np.mean(acted == 0))
+        if update:
+            assert learner.calls > 0 and share_of_action_0 > 0.95
+        else:
+            assert learner.calls == 0 and 0.35 < share_of_action_0 < 0.65
+    finally:
+        a.close()

@@ -171,4 +171,4 @@ def test_every_line_of_the_shipped_sweep_files_is_a_valid_run():
         for task, words in enumerate(sweep_lines(sweep)):
             job, sets = task_config(str(JOBS / "pong-ppo.toml"), [], str(sweep), task)
             check_env_id(load_config(job, sets).env.id)
-            assert sets == words
+            assert sets == [w for w in words if not w.endswith(".toml")]
