@@ -1,9 +1,9 @@
 """Runs of several games (a suite: games x seeds) as one table per game and one grid of curves.
 
 Per game, over its seeds: the median and range of the final and of the best greedy eval,
-their human-normalised scores (HNS), frames and minutes to the run's `eval.target` where it
-has one (median over the seeds that reached it), and the published scores beside them.
-The suite's line is the median over the games.
+their human-normalised scores (HNS), the median of the last 100 training games' mean, frames
+and minutes to the run's `eval.target` where it has one (median over the seeds that reached
+it), and the published scores beside them. The suite's line is the median over the games.
 """
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ def game_table(summary: pd.DataFrame) -> pd.DataFrame:
             "best": best.median(), "best_min": best.min(), "best_max": best.max(),
             "hns_final": np.median([human_normalized(v, game) for v in final]),
             "hns_best": np.median([human_normalized(v, game) for v in best]),
+            # Like for like with PPO's published scores: its training games' mean at the end.
+            "online_last100": runs["online_last100"].median(),
             "random": BASELINES.get(game, (math.nan,))[0],
             "paper": published.get("paper", math.nan),
             "ppo_40m": published.get("ppo_40m", math.nan),

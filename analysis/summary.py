@@ -35,12 +35,24 @@ def run_labels(runs: list[Run]) -> list[str]:
     return labels
 
 
+# The training games whose mean is the run's online score at its end (Schulman et al. 2017
+# report the last 100 episodes).
+ONLINE_GAMES = 100
+
+
+def last_games_mean(episodes: pd.DataFrame, n: int) -> float:
+    """Mean return of the last `n` games to end (all ranks), NaN for a run without any."""
+    if not len(episodes):
+        return math.nan
+    return float(episodes.sort_values("frames", kind="stable")["return"].iloc[-n:].mean())
+
+
 def summarize(runs: list[Run], target: float | None = None) -> pd.DataFrame:
     """The summary table; `target` overrides each run's `eval.target`. Times are seconds."""
     diff = [k for k in config_differences(runs) if k != "ranks"]
     rows = []
     for run in runs:
-        evals, train = run["eval"], run["train"]
+        evals, train, episodes = run["eval"], run["train"], run["episodes"]
         done = run.progress()
         best = evals.loc[evals["mean_return"].idxmax()] if len(evals) else None
         t_target, f_target = to_target(run, target)
@@ -59,6 +71,8 @@ def summarize(runs: list[Run], target: float | None = None) -> pd.DataFrame:
             # Table 3 reports the best score together with the time it took to get there.
             "best_eval_time": float(best["wall_time"]) if best is not None else math.nan,
             "last_eval": float(evals["mean_return"].iloc[-1]) if len(evals) else math.nan,
+            # As published PPO and A2C scores are taken: the training games' mean at the end.
+            "online_last100": last_games_mean(episodes, ONLINE_GAMES),
             "target": math.nan if goal is None else float(goal),
             "time_to_target": t_target,
             "frames_to_target": f_target,

@@ -95,6 +95,9 @@ def test_time_to_target_is_first_eval_row_at_or_above(run_dirs, runs):
     assert row.frames_to_target == first["frames"]
     assert row.best_eval == pytest.approx(evals["mean_return"].max())
     assert row.last_eval == pytest.approx(evals["mean_return"][-1])
+    games = raw(run_dirs[0], "episodes")
+    last = np.sort(games, order="frames", kind="stable")["return"][-100:]
+    assert len(games) > 100 and row.online_last100 == pytest.approx(last.mean())
     never = summarize(runs[:1], target=float(evals["mean_return"].max()) + 1).iloc[0]
     assert math.isnan(never.time_to_target) and math.isnan(never.frames_to_target)
 
@@ -157,6 +160,7 @@ def test_game_table_takes_medians_and_ranges_over_each_games_seeds():
     summary = pd.DataFrame(rows, columns=["game", "last_eval", "best_eval", "frames_to_target",
                                           "time_to_target"])
     summary["target"], summary["frames"], summary["wall_time"] = 18.0, 1e7, 1800.0
+    summary["online_last100"] = [15.0, 17.0, 5.0, 20.0, 2.0]
     table = game_table(summary).set_index("game")
     pong, breakout = table.loc["Pong"], table.loc["Breakout"]
     assert (pong["final"], pong["final_min"], pong["final_max"]) == (18.0, 10.0, 19.0)
@@ -164,6 +168,7 @@ def test_game_table_takes_medians_and_ranges_over_each_games_seeds():
     assert pong["frames_to_target"] == 7e6 and pong["minutes_to_target"] == pytest.approx(22.5)
     assert pong["hns_final"] == pytest.approx(human_normalized(18.0, "Pong"))
     assert (pong["paper"], pong["ppo_40m"]) == (20.0, 20.7)
+    assert pong["online_last100"] == 15.0 and breakout["online_last100"] == 11.0
     # Breakout's two seeds: HNS 1.0 and 0.0, median 0.5; no target reached.
     assert breakout["hns_final"] == pytest.approx(0.5) and breakout["reached"] == "0/2"
     assert math.isnan(breakout["frames_to_target"])
