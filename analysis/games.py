@@ -25,6 +25,8 @@ def game_table(summary: pd.DataFrame) -> pd.DataFrame:
         final, best = runs["last_eval"], runs["best_eval"]
         reached = runs["frames_to_target"].dropna()
         published = PUBLISHED.get(game, {})
+        # A game run to its frame budget alone has no target to reach.
+        targeted = runs["target"].notna().any()
         rows.append({
             "game": game, "seeds": len(runs),
             "final": final.median(), "final_min": final.min(), "final_max": final.max(),
@@ -36,8 +38,8 @@ def game_table(summary: pd.DataFrame) -> pd.DataFrame:
             "random": BASELINES.get(game, (math.nan,))[0],
             "paper": published.get("paper", math.nan),
             "ppo_40m": published.get("ppo_40m", math.nan),
-            "target": runs["target"].median(),
-            "reached": f"{len(reached)}/{len(runs)}",
+            "target": runs["target"].median() if targeted else math.nan,
+            "reached": f"{len(reached)}/{len(runs)}" if targeted else "-",
             "frames_to_target": reached.median() if len(reached) else math.nan,
             "minutes_to_target": runs["time_to_target"].dropna().median() / 60
             if len(reached) else math.nan,

@@ -174,6 +174,8 @@ def test_game_table_takes_medians_and_ranges_over_each_games_seeds():
     assert math.isnan(breakout["frames_to_target"])
     assert table.loc["median", "hns_final"] == pytest.approx(
         np.median([pong["hns_final"], 0.5]))
+    summary.loc[summary["game"] == "Breakout", "target"] = math.nan
+    assert game_table(summary).set_index("game").loc["Breakout", "reached"] == "-"
 
 
 def test_runs_of_several_games_get_a_table_and_a_grid_per_game(run_dirs, tmp_path):
