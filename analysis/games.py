@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from analysis.load import Run
 from analysis.plots import new_figure
 from analysis.scores import BASELINES, PUBLISHED, human_normalized
+from analysis.summary import run_labels
 
 
 def game_table(summary: pd.DataFrame) -> pd.DataFrame:
@@ -55,18 +56,24 @@ def game_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_games(runs: list[Run]) -> Figure:
-    """A panel per game: each seed's greedy eval against frames, with the random score and
-    the published ones as horizontal lines."""
+    """A panel per game: each run's greedy eval against frames, labelled by what differs
+    among the game's runs (the seed, in a suite), with the random score and the published
+    ones as horizontal lines."""
     games = sorted({r.game for r in runs})
     cols = min(3, len(games))
     fig, axes = new_figure((len(games) + cols - 1) // cols, cols, width=4.5)
     axes = np.atleast_1d(axes).ravel()
     for ax, game in zip(axes, games):
-        for i, run in enumerate(r for r in runs if r.game == game):
+        game_runs = [r for r in runs if r.game == game]
+        # A game's runs may differ in more than the seed (a learning-rate comparison): the
+        # legend names whatever differs among them.
+        labels = (run_labels(game_runs) if len(game_runs) > 1
+                  else [f"run.seed={game_runs[0].setting('run.seed')}"])
+        for i, (run, label) in enumerate(zip(game_runs, labels)):
             evals = run["eval"]
             if len(evals):
                 ax.plot(evals["frames"], evals["mean_return"], color=f"C{i % 10}", marker="o",
-                        markersize=2, label=f"seed {run.setting('run.seed', i)}")
+                        markersize=2, label=label)
         lines = {"random": BASELINES.get(game, (None,))[0],
                  "paper, best": PUBLISHED.get(game, {}).get("paper"),
                  "PPO, 40M frames": PUBLISHED.get(game, {}).get("ppo_40m")}

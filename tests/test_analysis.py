@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from matplotlib.image import imread
 
-from analysis.games import game_table
+from analysis.games import game_table, plot_games
 from analysis.load import load_run, load_runs
 from analysis.plots import plot_learning_curves, plot_losses, plot_ranks, plot_scaling
 from analysis.reference import load_reference
@@ -192,6 +192,14 @@ def test_runs_of_several_games_get_a_table_and_a_grid_per_game(run_dirs, tmp_pat
     assert games["game"].tolist() == ["Acrobot", "CartPole", "median"]
     assert games.set_index("game").loc["CartPole", "seeds"] == 2
     assert imread(tmp_path / "a" / "games.png").shape[0] > 100
+
+
+def test_game_grid_legend_names_what_differs_among_a_games_runs(runs):
+    # Two CartPole runs that differ in the learning rate: the legend says so, not "seed 0" twice.
+    (ax,) = [a for a in plot_games(runs).axes if a.get_visible()]
+    assert ax.get_legend_handles_labels()[1] == run_labels(runs)
+    (ax,) = [a for a in plot_games(runs[:1]).axes if a.get_visible()]
+    assert ax.get_legend_handles_labels()[1] == [f"run.seed={runs[0].setting('run.seed')}"]
 
 
 def test_human_normalized_score_uses_published_baselines():
