@@ -78,6 +78,11 @@ def compute_precision(cfg: ModelConfig) -> str:
     return "bfloat16" if cfg.arch != "mlp" and "amx_bf16" in cpu_flags() else "float32"
 
 
+# Keras would hand the custom layers' `call` to AutoGraph while it builds the functional model,
+# and AutoGraph writes each converted source to a file in the temporary directory that only a
+# clean exit removes (the evaluator process is killed at a run's end); they have no control flow
+# to convert.
+@tf.autograph.experimental.do_not_convert
 def build_model(cfg: ModelConfig, obs_shape: tuple[int, ...], n_actions: int,
                 head: str = "actor_critic", support: np.ndarray | None = None,
                 recurrent: int = 0) -> tf.keras.Model:

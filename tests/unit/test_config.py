@@ -168,7 +168,10 @@ def test_every_line_of_the_shipped_sweep_files_is_a_valid_run():
     sweeps = sorted(JOBS.glob("*.sweep"))
     assert sweeps
     for sweep in sweeps:
+        # Each file's header names the job its lines apply to, as `ddrl sweep JOB --sweep FILE`.
+        main_job = re.search(r"ddrl sweep (\S+\.toml) --sweep", sweep.read_text())
+        assert main_job, f"{sweep.name}'s header names no job"
         for task, words in enumerate(sweep_lines(sweep)):
-            job, sets = task_config(str(JOBS / "pong-ppo.toml"), [], str(sweep), task)
+            job, sets = task_config(str(JOBS.parent / main_job[1]), [], str(sweep), task)
             check_env_id(load_config(job, sets).env.id)
             assert sets == [w for w in words if not w.endswith(".toml")]

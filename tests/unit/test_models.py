@@ -1,6 +1,12 @@
 """The image nets' input stem: ale-py's channels-first uint8 frames reach the first
-convolution channels-last, scaled to [0, 1], in the compute precision."""
+convolution channels-last, scaled to [0, 1], in the compute precision. Building the nets leaves
+nothing in the temporary directory."""
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -51,3 +57,22 @@ def test_a_recurrent_actor_critic_carries_its_state_and_drops_it_where_a_game_st
     _, from_zero, _, _ = model([obs[:, 3:], starts[:, 3:], h, c])
     np.testing.assert_allclose(fresh, from_zero, atol=1e-6)
     assert not np.allclose(fresh, later_values, atol=1e-4)
+
+
+def test_building_the_nets_leaves_no_file_in_the_temporary_directory(tmp_path):
+    """AutoGraph writes the source of each function it converts to the temporary directory and
+    only a clean exit removes it: a process killed (the evaluator at a run's end) would leave
+    one behind per run. Built in a process of its own (AutoGraph caches what it converted),
+    which ends as a killed one would, without exit handlers."""
+    jobs = Path(__file__).resolve().parents[2] / "jobs"
+    script = (
+        "import os, numpy as np\n"
+        "from ddrl.config import load_config\n"
+        "from ddrl.learner import Learner\n"
+        "for job in ('pong-ppo', 'pong-rainbow', 'pong-r2d2'):\n"
+        f"    cfg = load_config('{jobs}/' + job + '.toml')\n"
+        "    Learner(cfg, (4, cfg.env.size, cfg.env.size), np.uint8, 6)\n"
+        "os._exit(0)\n")
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=300,
+                   env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
