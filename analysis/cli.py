@@ -1,5 +1,6 @@
 """`ddrl analyze RUN_DIR... [--target SCORE] [--out DIR]`: summary table and figures; runs of
-several games also get a table per game and a grid of curves (`analysis/games.py`)."""
+several games also get a table per game and a grid of curves (`analysis/games.py`), runs of
+several settings x seeds a table per setting and its figure (`analysis.comparison.py`)."""
 from __future__ import annotations
 
 import argparse
@@ -16,6 +17,7 @@ from analysis.reference import load_reference
 from analysis.scaling import scaling_table
 from analysis.scores import resolve_target
 from analysis.summary import config_differences, format_summary, run_labels, summarize
+from analysis.comparison import plot_settings, setting_keys, setting_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,6 +91,15 @@ def run(args: argparse.Namespace) -> int:
         print(format_summary(games))
         games.to_csv(out / "games.csv", index=False)
         written += [out / "games.csv", save(plot_games(runs), out / "games.png")]
+    keys = setting_keys(runs)
+    if keys is not None:
+        settings = setting_table(summary, runs, keys)
+        print("\nper setting, over its seeds (medians):")
+        print(format_summary(settings))
+        settings.to_csv(out / "settings.csv", index=False)
+        written += [out / "settings.csv",
+                    save(plot_settings(runs, keys, shared_target(runs, args.target)),
+                         out / "settings.png")]
     key = sweep_key(runs)
     if key is not None:
         written.append(save(plot_throughput(summary, key),

@@ -16,36 +16,22 @@ from matplotlib.figure import Figure
 from analysis.load import Run
 from analysis.plots import new_figure
 from analysis.scores import BASELINES, PUBLISHED, human_normalized
-from analysis.summary import run_labels
+from analysis.summary import over_seeds, run_labels
 
 
 def game_table(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per game of `summarize`'s table, and a last row `median` over the games."""
     rows = []
     for game, runs in summary.groupby("game", sort=True):
-        final, best = runs["last_eval"], runs["best_eval"]
-        reached = runs["frames_to_target"].dropna()
+        stats = over_seeds(runs)
         published = PUBLISHED.get(game, {})
-        # A game run to its frame budget alone has no target to reach.
-        targeted = runs["target"].notna().any()
         rows.append({
-            "game": game, "seeds": len(runs),
-            "final": final.median(), "final_min": final.min(), "final_max": final.max(),
-            "best": best.median(), "best_min": best.min(), "best_max": best.max(),
-            "hns_final": np.median([human_normalized(v, game) for v in final]),
-            "hns_best": np.median([human_normalized(v, game) for v in best]),
-            # Like for like with PPO's published scores: its training games' mean at the end.
-            "online_last100": runs["online_last100"].median(),
+            "game": game, **stats,
+            "hns_final": np.median([human_normalized(v, game) for v in runs["last_eval"]]),
+            "hns_best": np.median([human_normalized(v, game) for v in runs["best_eval"]]),
             "random": BASELINES.get(game, (math.nan,))[0],
             "paper": published.get("paper", math.nan),
             "ppo_40m": published.get("ppo_40m", math.nan),
-            "target": runs["target"].median() if targeted else math.nan,
-            "reached": f"{len(reached)}/{len(runs)}" if targeted else "-",
-            "frames_to_target": reached.median() if len(reached) else math.nan,
-            "minutes_to_target": runs["time_to_target"].dropna().median() / 60
-            if len(reached) else math.nan,
-            "frames": runs["frames"].median(),
-            "minutes": runs["wall_time"].median() / 60,
         })
     table = pd.DataFrame(rows)
     if len(table):

@@ -84,6 +84,31 @@ def summarize(runs: list[Run], target: float | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def over_seeds(runs: pd.DataFrame) -> dict[str, Any]:
+    """What a set of `summarize` rows (one setting's or one game's seeds) gives together: the
+    median and range of the final and the best greedy eval, the median online score, how many
+    reached their target and the median frames and minutes of those that did, and the median
+    frames and minutes run."""
+    final, best = runs["last_eval"], runs["best_eval"]
+    reached = runs["frames_to_target"].dropna()
+    # Runs to their frame budget alone have no target to reach.
+    targeted = runs["target"].notna().any()
+    return {
+        "seeds": len(runs),
+        "final": final.median(), "final_min": final.min(), "final_max": final.max(),
+        "best": best.median(), "best_min": best.min(), "best_max": best.max(),
+        # Like for like with PPO's published scores: its training games' mean at the end.
+        "online_last100": runs["online_last100"].median(),
+        "target": runs["target"].median() if targeted else math.nan,
+        "reached": f"{len(reached)}/{len(runs)}" if targeted else "-",
+        "frames_to_target": reached.median() if len(reached) else math.nan,
+        "minutes_to_target": runs["time_to_target"].dropna().median() / 60
+        if len(reached) else math.nan,
+        "frames": runs["frames"].median(),
+        "minutes": runs["wall_time"].median() / 60,
+    }
+
+
 def format_summary(summary: pd.DataFrame) -> str:
     return summary.to_string(index=False, float_format=lambda v: f"{v:.6g}", na_rep="-")
 

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from matplotlib.image import imread
 
+from analysis.comparison import plot_settings, setting_keys
 from analysis.games import game_table, plot_games
 from analysis.load import load_run, load_runs
 from analysis.plots import plot_learning_curves, plot_losses, plot_ranks, plot_scaling
@@ -200,6 +201,32 @@ def test_game_grid_legend_names_what_differs_among_a_games_runs(runs):
     assert ax.get_legend_handles_labels()[1] == run_labels(runs)
     (ax,) = [a for a in plot_games(runs[:1]).axes if a.get_visible()]
     assert ax.get_legend_handles_labels()[1] == [f"run.seed={runs[0].setting('run.seed')}"]
+
+
+def test_settings_repeated_over_seeds_get_a_row_and_a_colour_each(run_dirs, runs, tmp_path):
+    # A second seed of the first run's setting: two settings, one of them repeated.
+    repeat = tmp_path / "run0-seed1"
+    res = ddrl("train", JOB, "--out", str(repeat), "--set", f"run.max_frames={FRAMES}",
+               "--set", f"{SWEEP[0]}={SWEEP[1][0]}", "--set", "run.seed=1")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert setting_keys(runs) is None  # one run per setting: nothing to group
+    dirs = [run_dirs[0], run_dirs[1], repeat]
+    res = ddrl("analyze", *map(str, dirs), "--out", str(tmp_path / "a"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "per setting, over its seeds" in res.stdout
+    table = pd.read_csv(tmp_path / "a" / "settings.csv")
+    assert table[SWEEP[0]].tolist() == [float(v) for v in SWEEP[1]]
+    assert table["seeds"].tolist() == [2, 1]
+    finals = [float(raw(d, "eval")["mean_return"][-1]) for d in dirs]
+    assert table["final"].tolist() == pytest.approx([np.median(finals[::2]), finals[1]])
+    assert table["final_min"][0] == pytest.approx(min(finals[::2]))
+    both = load_runs(dirs)
+    keys = setting_keys(both)
+    assert keys == [SWEEP[0]]
+    for ax in plot_settings(both, keys).axes:  # a line per run, a legend entry per setting
+        assert len(ax.get_lines()) == 3
+        assert ax.get_legend_handles_labels()[1] == [f"{SWEEP[0]}={v}" for v in SWEEP[1]]
+    assert imread(tmp_path / "a" / "settings.png").shape[0] > 100
 
 
 def test_human_normalized_score_uses_published_baselines():
