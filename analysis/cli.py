@@ -1,6 +1,6 @@
 """`ddrl analyze RUN_DIR... [--target SCORE] [--out DIR]`: summary table and figures; runs of
 several games also get a table per game and a grid of curves (`analysis/games.py`), runs of
-several settings x seeds a table per setting and its figure (`analysis.comparison.py`)."""
+several settings x seeds a table per setting and its figure (`analysis/comparison.py`)."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.comparison import plot_settings, setting_keys, setting_table
 from analysis.games import game_table, plot_games
 from analysis.load import Run, load_runs
 from analysis.plots import plot_learning_curves, plot_losses, plot_ranks, plot_scaling, plot_throughput, save
@@ -17,7 +18,6 @@ from analysis.reference import load_reference
 from analysis.scaling import scaling_table
 from analysis.scores import resolve_target
 from analysis.summary import config_differences, format_summary, run_labels, summarize
-from analysis.comparison import plot_settings, setting_keys, setting_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,8 +15,8 @@ from analysis.load import Run
 from analysis.plots import new_figure, time_unit
 from analysis.summary import config_differences, over_seeds
 
-# Keys that tell repeats of one setting apart, not settings.
-REPEAT_KEYS = ("run.seed", "ranks")
+# The key that tells repeats of one setting apart (a rank count is a setting).
+REPEAT_KEY = "run.seed"
 
 
 def setting_keys(runs: list[Run]) -> list[str] | None:
@@ -24,7 +24,7 @@ def setting_keys(runs: list[Run]) -> list[str] | None:
     repeated settings (one game, two settings or more, one of them run more than once)."""
     if len({r.game for r in runs}) != 1:
         return None
-    keys = [k for k in config_differences(runs) if k not in REPEAT_KEYS]
+    keys = [k for k in config_differences(runs) if k != REPEAT_KEY]
     settings = setting_labels(runs, keys)
     if not keys or len(set(settings)) == len(runs):
         return None
@@ -33,7 +33,9 @@ def setting_keys(runs: list[Run]) -> list[str] | None:
 
 def _text(value: object) -> str:
     # As a job file spells it (true, [256, 256]); a key a run's config lacks is "-".
-    return "-" if value is None else json.dumps(value) if not isinstance(value, str) else value
+    if value is None:
+        return "-"
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def setting_labels(runs: list[Run], keys: list[str]) -> list[str]:
