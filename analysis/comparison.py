@@ -40,7 +40,8 @@ def _text(value: object) -> str:
 
 def setting_labels(runs: list[Run], keys: list[str]) -> list[str]:
     """`dqn.atoms=51, dqn.prioritized=true` per run, from the keys' values in its config."""
-    return [", ".join(f"{k}={_text(r.flat_config().get(k))}" for k in keys) for r in runs]
+    flats = [r.flat_config() for r in runs]
+    return [", ".join(f"{k}={_text(flat.get(k))}" for k in keys) for flat in flats]
 
 
 def setting_table(summary: pd.DataFrame, runs: list[Run], keys: list[str]) -> pd.DataFrame:
