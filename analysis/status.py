@@ -13,6 +13,7 @@ from analysis.load import LOG_NAME, Run, load_run
 from analysis.scores import to_target
 from ddrl import checkpoint
 from ddrl.errors import DdrlError
+from ddrl.log import left_open
 
 # frames/s over the last this many seconds of the run's /train rows.
 RECENT_SECONDS = 60.0
@@ -71,16 +72,20 @@ def line(run_dir: Path) -> list[str]:
         return [run_dir.name, "damaged", str(exc)]
     live = running(run_dir)
     progress = run.progress()
+    saved = _saved_frames(run_dir)
+    # Killed before it closed its log: a resume goes on from the last checkpoint, and the
+    # log's rows past it are dropped then.
+    killed = not live and left_open(run_dir / LOG_NAME)
     # The log's last /train row trails the run by up to run.log_every updates; its last
     # checkpoint does not (the final one is of the last update).
-    frames = max(progress.frames, _saved_frames(run_dir))
+    frames = saved if killed else max(progress.frames, saved)
     budget = int(run.setting("run.max_frames", 0)) or None
     minutes = float(run.setting("run.max_minutes", 0.0))
     t_target, _ = to_target(run, None)
     finished = (budget is not None and frames >= budget) or not math.isnan(t_target) \
         or (minutes > 0 and progress.wall_time >= minutes * 60)
-    state = "running" if live else "finished" if finished else \
-        "requeued" if _requeued(run_dir) else "stopped"
+    state = "running" if live else "requeued" if _requeued(run_dir) else \
+        "killed" if killed else "finished" if finished else "stopped"
     fps = _recent_rate(run)
     # Time left, running runs only: to the frame budget at the recent rate, or the time limit.
     ends = [(budget - frames) / fps] if live and fps and budget else []

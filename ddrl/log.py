@@ -259,23 +259,41 @@ class RunLog:
                 mirror.close()
 
 
+# HDF5's words for a file whose superblock still flags a writer.
+_OPEN_FOR_WRITE = "already open for write"
+
+
+def _plain_open_failure(path: str | Path) -> str | None:
+    """Why a plain (not SWMR) open of the file fails, or None when it opens."""
+    try:
+        with h5py.File(path, "r"):
+            return None
+    except OSError as exc:
+        return str(exc)
+
+
+def left_open(path: str | Path) -> bool:
+    """Whether the log is still flagged as open by a writer: a live run's, or one whose
+    process was killed (SIGKILL, the OOM killer, a lost node) before it closed the log.
+    Closing the log clears the flag, and every end the run takes itself closes it."""
+    text = _plain_open_failure(path)
+    return text is not None and _OPEN_FOR_WRITE in text
+
+
 def open_log(path: str | Path) -> h5py.File:
     """Open a run log for reading, also while it is written or after its writer was killed.
     A SWMR open of a file cut short does not fail: it hangs in HDF5's metadata retries or
     reads the missing chunks as zeros. A plain open checks the file's length against the
     end its superblock records, so it goes first; it is refused only for a file still
     flagged as open by a writer (a live run or a killed one), which SWMR then reads."""
-    try:
-        with h5py.File(path, "r"):
-            pass
-    except OSError as exc:
-        text = str(exc)
+    text = _plain_open_failure(path)
+    if text is not None:
         if "truncated file" in text:
             found = re.search(r"eof = (\d+).*stored_eof = (\d+)", text)
             size = f": {int(found[1]):,} of {int(found[2]):,} bytes" if found else ""
-            raise DdrlError(f"{path}: the log is damaged, cut short{size}") from None
-        if "already open for write" not in text:
-            raise DdrlError(f"{path}: not a readable HDF5 log ({text.splitlines()[0]})") from None
+            raise DdrlError(f"{path}: the log is damaged, cut short{size}")
+        if _OPEN_FOR_WRITE not in text:
+            raise DdrlError(f"{path}: not a readable HDF5 log ({text.splitlines()[0]})")
     return h5py.File(path, "r", swmr=True)
 
 

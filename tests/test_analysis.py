@@ -348,6 +348,20 @@ def test_export_of_runs_whose_names_collide_stays_inside_its_directory(run_dirs,
     assert len(written) == 2 and all(tb in p.parents for p in written), written
 
 
+def start_endless_run(out: Path) -> subprocess.Popen:
+    """A CartPole run with no end of its own, once its log has 3 /train rows."""
+    train = subprocess.Popen([sys.executable, "-m", "ddrl", "train", JOB, "--out", str(out),
+                              "--set", "run.max_frames=100000000", "--set", "eval.target=none"],
+                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not ((out / "log.h5").exists() and len(raw(out, "train")) >= 3):
+        if time.monotonic() > deadline or train.poll() is not None:
+            train.kill()
+            pytest.fail(f"the run in {out} did not log 3 /train rows in 120 s")
+        time.sleep(0.5)
+    return train
+
+
 def test_status_says_where_each_run_stands(run_dirs, tmp_path):
     proc = ddrl("status", str(run_dirs[0].parent))  # a directory of runs
     assert proc.returncode == 0, proc.stderr
@@ -361,14 +375,8 @@ def test_status_says_where_each_run_stands(run_dirs, tmp_path):
     shutil.copytree(run_dirs[0], damaged)
     (damaged / "log.h5").write_bytes(b"\0" * 4096)
     live = tmp_path / "live"
-    train = subprocess.Popen([sys.executable, "-m", "ddrl", "train", JOB, "--out", str(live),
-                              "--set", "run.max_frames=100000000", "--set", "eval.target=none"],
-                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    train = start_endless_run(live)
     try:
-        deadline = time.monotonic() + 120
-        while not ((live / "log.h5").exists() and len(raw(live, "train")) >= 3):
-            assert time.monotonic() < deadline and train.poll() is None
-            time.sleep(0.5)
         proc = ddrl("status", str(live), str(damaged))
     finally:
         train.send_signal(signal.SIGTERM)
@@ -384,3 +392,18 @@ def test_status_says_where_each_run_stands(run_dirs, tmp_path):
     (live / "requeued").write_text("4242\n")
     after = ddrl("status", str(live)).stdout.splitlines()[1]
     assert after.split()[1] == "requeued", after
+
+
+def test_status_tells_a_killed_run_from_a_stopped_one(tmp_path):
+    """SIGKILL (the OOM killer, a session or node gone): the log stays flagged as open, and
+    the run stands where its last checkpoint is, since a resume goes on from there."""
+    killed = tmp_path / "killed"
+    train = start_endless_run(killed)
+    train.kill()
+    train.wait(timeout=60)
+    # Killed within seconds, long before its first checkpoint (every 10 minutes): a resume
+    # starts from scratch, whatever the log holds.
+    assert not (killed / "checkpoints").exists() or not any((killed / "checkpoints").iterdir())
+    logged = int(raw(killed, "train")["frames"].max())
+    cells = ddrl("status", str(killed)).stdout.splitlines()[1].split()
+    assert cells[1] == "killed" and cells[2] == "0" and logged > 0, (cells, logged)
