@@ -4,9 +4,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from ddrl.algos.base import OneStep, approx_kl, policy_terms
+from ddrl.algos.base import ActorCritic, approx_kl, policy_terms
 from ddrl.algos.batch import Batch, Rollout
-from ddrl.config import Config
 
 
 def nstep_returns(rewards: np.ndarray, dones: np.ndarray, bootstrap: np.ndarray | float,
@@ -47,28 +46,20 @@ def clip_by_average_norm(grad: tf.Tensor, clip: float) -> tf.Tensor:
     return grad * clip / tf.maximum(avg_norm, clip)
 
 
-class A2C(OneStep):
+class A2C(ActorCritic):
     """One gradient step per batch, on n-step returns; the advantage uses the current critic."""
 
     name = "a2c"
     fields = ("returns",)
     off_policy = False
-    head = "actor_critic"
-    support = None
-    target_shapes: dict[str, tuple[int, ...]] = {}
-
-    def __init__(self, cfg: Config):
-        self.gamma = cfg.algo.gamma
-        self.entropy = cfg.algo.entropy
-        self.value_coef = cfg.algo.value_coef
-
     def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
         return {"returns": nstep_returns(rollout.rewards, rollout.dones, rollout.bootstrap,
-                                         self.gamma)}
+                                         self.cfg.algo.gamma)}
 
     def loss(self, logits, values, actions, targets):
-        return actor_critic_loss(logits, values, actions, targets["returns"], self.entropy,
-                                 self.value_coef)
+        a = self.cfg.algo
+        return actor_critic_loss(logits, values, actions, targets["returns"], a.entropy,
+                                 a.value_coef)
 
     def minibatches(self, batch: Batch, rng: np.random.Generator) -> list[Batch]:
         return [batch]

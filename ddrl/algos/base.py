@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from ddrl.algos.batch import Batch, Rollout
+from ddrl.config import Config
 
 STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "grad_norm", "approx_kl",
               "clip_frac")
@@ -67,6 +68,17 @@ class OneStep:
 
     def forward(self, model, obs, targets, training: bool):
         return model(obs, training=training)
+
+
+class ActorCritic(OneStep):
+    """What the algorithms on the policy-and-value head share: scalar targets, no atoms."""
+
+    head = "actor_critic"
+    support = None
+    target_shapes: dict[str, tuple[int, ...]] = {}
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
 
 
 def policy_terms(logits: tf.Tensor, actions: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

@@ -8,9 +8,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from ddrl.algos.base import OneStep, approx_kl, policy_terms
+from ddrl.algos.base import ActorCritic, approx_kl, policy_terms
 from ddrl.algos.batch import Batch, Rollout
-from ddrl.config import Config
 
 
 def gae(rewards: np.ndarray, dones: np.ndarray, values: np.ndarray, bootstrap: np.ndarray,
@@ -54,17 +53,10 @@ def ppo_loss(logits: tf.Tensor, values: tf.Tensor, actions: tf.Tensor,
                   "entropy": entropy, "approx_kl": approx_kl(log_ratio), "clip_frac": clip_frac}
 
 
-class PPO(OneStep):
+class PPO(ActorCritic):
     name = "ppo"
     fields = ("returns", "advantages", "logp", "values")
     off_policy = False
-    head = "actor_critic"
-    support = None
-    target_shapes: dict[str, tuple[int, ...]] = {}
-
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
-
     def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
         r = rollout
         adv, returns = gae(r.rewards, r.dones, r.values, r.bootstrap, self.cfg.algo.gamma,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ddrl.algos.actor_critic import actor_critic_loss
-from ddrl.algos.base import OneStep
+from ddrl.algos.base import ActorCritic
 from ddrl.algos.batch import Rollout
 from ddrl.algos.ppo import PPO
 from ddrl.config import Config
@@ -48,7 +48,7 @@ def _vtrace(cfg: Config, r: Rollout) -> tuple[np.ndarray, np.ndarray, np.ndarray
                   cfg.algo.rho_clip, cfg.algo.c_clip)
 
 
-class VTrace(OneStep):
+class VTrace(ActorCritic):
     """One gradient step per batch: the policy gradient weighs rho_s (q_s - V(x_s)), the
     critic regresses on v_s. Its `approx_kl` is how far the learner's policy has moved from
     the acting one on the batch: the policy lag in the policy's own terms. (The share of
@@ -57,13 +57,6 @@ class VTrace(OneStep):
     name = "vtrace"
     fields = ("returns", "advantages", "logp")
     off_policy = True
-    head = "actor_critic"
-    support = None
-    target_shapes: dict[str, tuple[int, ...]] = {}
-
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
-
     def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
         vs, q, rho = _vtrace(self.cfg, rollout)
         return {"returns": vs, "advantages": rho * (q - rollout.values),
