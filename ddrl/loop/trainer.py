@@ -43,8 +43,8 @@ from ddrl.signals import StopSignals
 
 EXIT_SIGNALLED = 3
 EXIT_NONFINITE = 5
-# The weights kept for evaluations skipped while the evaluator played (see _maybe_start_eval):
-# at most this many bytes, the oldest dropped first.
+# The weights kept for evaluations skipped while the evaluator played (see _maybe_start_eval),
+# all since the run's start: at most this many bytes, the oldest dropped first.
 SKIPPED_BYTES = 256 << 20
 
 
@@ -77,8 +77,9 @@ class Trainer:
         self._target_reached = False
         self._eval_mark = counters.update  # the update of the last evaluation started
         self._skipped: list[Snapshot] = []  # due while the evaluator played, since its start
-        # Those skipped before the last evaluation started: after a hit, before the hit (no
-        # evaluation starts after one).
+        # All those skipped before the last evaluation started, whatever the evaluations
+        # between them scored (a noisy score below the target says nothing certain of earlier
+        # weights): after a hit, those before the hit (no evaluation starts after one).
         self._gap: list[Snapshot] = []
         self._best = checkpoint.best_score(run_dir / "checkpoints") if world.is_root else None
         if world.is_root and cfg.eval.target is not None:
@@ -230,24 +231,29 @@ class Trainer:
             return
         if not ev.busy and ev.within_budget():
             ev.start(self._snapshot())
-            self._gap, self._skipped = self._skipped, []
+            self._gap, self._skipped = [*self._gap, *self._skipped], []
             self._eval_mark = c.update
             return
         last_kept = self._skipped[-1].update if self._skipped else self._eval_mark
         if self.cfg.eval.target is not None and c.update // every > last_kept // every:
             self._skipped.append(self._snapshot())
-            del self._skipped[:-max(1, SKIPPED_BYTES // self._skipped[-1].weights.nbytes)]
+            over = len(self._gap) + len(self._skipped) - max(
+                1, SKIPPED_BYTES // self._skipped[-1].weights.nbytes)
+            if over > 0:
+                dropped = min(over, len(self._gap))
+                del self._gap[:dropped]
+                del self._skipped[:over - dropped]
 
     def _unplayed(self) -> list[Snapshot]:
-        """The weights due and not yet scored: while an evaluation plays, its own and those
-        skipped before it too (they are played if it hits the target); after a hit, those
-        skipped before it (the later ones cannot come before it)."""
+        """The weights due and not yet scored: those skipped before the last evaluation, its
+        own while it plays, those skipped since; after a hit, those skipped before it (the
+        later ones cannot come before it)."""
         if self.cfg.eval.target is None:
             return []
         if self._target_reached:
             return list(self._gap)
         playing = self.evaluator.playing if self.evaluator is not None else None
-        return [*self._gap, playing, *self._skipped] if playing else list(self._skipped)
+        return [*self._gap, *([playing] if playing else []), *self._skipped]
 
     def _snapshot(self) -> Snapshot:
         c = self.counters

@@ -285,6 +285,11 @@ def test_a_stop_signal_in_the_final_evaluation_cuts_it_short_and_still_checkpoin
     assert len(rows(tmp_path, "eval")) == 0
 
 
+# The weights due every 2 updates that evaluations taking 7 skip before update 20: owed after
+# the run, and played oldest first up to 20's, the first to reach the target.
+OWED_TO_20 = [4, 6, 8, 10, 12, 14, 18, 20]
+
+
 # After the run the owed evaluations play on one evaluator process or on several side by side
 # (one per core): the same evaluations are logged, the same time to target found.
 @pytest.mark.parametrize("processes", [1, 3])
@@ -292,16 +297,17 @@ def test_weights_skipped_while_the_evaluator_played_are_evaluated_after_the_targ
         tmp_path, processes):
     """Evaluations take 7 updates, so of the weights due every 2 updates three in four wait.
     Those of update 20 reach the target first but are skipped; 23's are evaluated and hit it.
-    The run ends, then the weights skipped before 23 play, oldest first, until one hits:
-    18 (below), 20; 22 is never played (on 3 processes it starts beside them and is abandoned).
-    The run's time to target is 20's."""
+    The run ends, then all the weights skipped before 23 play, oldest first (also those before
+    the evaluations of 9 and 16, which missed), until one hits: 4 to 18 (below), 20; 22 is
+    never played (on 3 processes it starts beside 18 and 20 and is abandoned). The run's time
+    to target is 20's, the one an evaluation every 2 updates would have found."""
     from analysis.load import load_run
     from analysis.scores import first_reaching
 
     on_disk = []
 
     def score(update: int) -> float:
-        if update == 18:  # the first owed: the final checkpoint is written
+        if update == 4:  # the first owed: the final checkpoint is written
             on_disk.extend(k.update for k in checkpoint.load_unplayed(tmp_path / "checkpoints",
                                                                       up_to=10**9))
         return update if update >= 20 else 0.0
@@ -310,10 +316,10 @@ def test_weights_skipped_while_the_evaluator_played_are_evaluated_after_the_targ
     trainer = make_trainer(tmp_path, ["run.max_frames=100000", "eval.every=2", "eval.target=18"],
                            evaluator=evaluator)
     assert run(trainer) == 0
-    assert evaluator.started == [2, 9, 16, 23, 18, 20, *([22] if processes > 1 else [])]
+    assert evaluator.started == [2, 9, 16, 23, *OWED_TO_20, *([22] if processes > 1 else [])]
     # The final checkpoint keeps what the run owes (a kill during the owed play loses none).
-    assert on_disk == [18, 20, 22]
-    assert rows(tmp_path, "eval")["update"].tolist() == [2, 9, 16, 23, 18, 20]
+    assert on_disk == [*OWED_TO_20, 22]
+    assert rows(tmp_path, "eval")["update"].tolist() == [2, 9, 16, 23, *OWED_TO_20]
     hit = first_reaching(load_run(tmp_path)["eval"], 18.0)
     assert (hit["update"], hit["frames"]) == (20, 20 * FRAMES_PER_BATCH)
     # 23's score is read at update 30; the stop travels in the next: no evaluation after it.
@@ -325,8 +331,8 @@ def test_a_run_that_uses_its_budget_without_a_hit_plays_the_weights_its_evaluato
         tmp_path, processes):
     """Evaluations take 7 updates; the run ends on its frames at update 27, and none of its
     evaluations (2, 9, 16, 23) reached the target. The weights due meanwhile play, oldest
-    first, until one hits: 18 (below), 20 (hits); 22, 24 and 26, after the hit, are owed no
-    more. Then the final evaluation of the last weights, as for any budget stop."""
+    first, until one hits: 4 to 18 (below), 20 (hits); 22, 24 and 26, after the hit, are owed
+    no more. Then the final evaluation of the last weights, as for any budget stop."""
     from analysis.load import load_run
     from analysis.scores import first_reaching
 
@@ -335,9 +341,9 @@ def test_a_run_that_uses_its_budget_without_a_hit_plays_the_weights_its_evaluato
     trainer = make_trainer(tmp_path, [f"run.max_frames={27 * FRAMES_PER_BATCH}", "eval.every=2",
                                       "eval.target=18"], evaluator=evaluator)
     assert run(trainer) == 0
-    assert evaluator.started == [2, 9, 16, 23, 18, 20, *([22] if processes > 1 else [])]
+    assert evaluator.started == [2, 9, 16, 23, *OWED_TO_20, *([22] if processes > 1 else [])]
     evals = rows(tmp_path, "eval")
-    assert evals["update"].tolist() == [2, 9, 16, 23, 18, 20, 27]
+    assert evals["update"].tolist() == [2, 9, 16, 23, *OWED_TO_20, 27]
     # The final evaluation, played by rank 0 itself, logs what it took too.
     assert evals["seconds"][-1] > 0 and evals["cpu_seconds"][-1] > 0, evals[-1]
     hit = first_reaching(load_run(tmp_path)["eval"], 18.0)
@@ -366,14 +372,14 @@ def test_owed_evaluations_side_by_side_find_the_earliest_hit_whichever_ends_firs
 
 def test_a_stop_during_the_owed_evaluations_leaves_the_run_resumable_and_the_resume_plays_them(
         tmp_path):
-    """As the first test above, but a stop signal arrives as the owed evaluations begin (18's
-    starts): the run exits resumable, not finished, with 18, 20 and 22 in unplayed.npz. The
-    resumed run, past its hit, trains one update and plays them until one hits: 20."""
+    """As the first test above, but a stop signal arrives as the owed evaluations begin (4's
+    starts): the run exits resumable, not finished, with 4 to 22 in unplayed.npz. The resumed
+    run, past its hit, trains one update and plays them until one hits: 20."""
     from analysis.load import load_run
     from analysis.scores import first_reaching
 
     def score(update: int) -> float:
-        if update == 18 and not resumed:
+        if update == 4 and not resumed:
             os.kill(os.getpid(), signal.SIGUSR1)
         return update if update >= 20 else 0.0
 
@@ -385,11 +391,11 @@ def test_a_stop_during_the_owed_evaluations_leaves_the_run_resumable_and_the_res
         assert run(make_trainer(tmp_path, sets, evaluator=first)) == EXIT_SIGNALLED
     finally:
         signal.signal(signal.SIGUSR1, previous)
-    assert first.started == [2, 9, 16, 23, 18]
+    assert first.started == [2, 9, 16, 23, 4]
     assert rows(tmp_path, "eval")["update"].tolist() == [2, 9, 16, 23]
     ckpt = checkpoint.load(checkpoint.latest(tmp_path / "checkpoints"))
     assert [k.update for k in checkpoint.load_unplayed(tmp_path / "checkpoints", ckpt.update)] \
-        == [18, 20, 22]
+        == [*OWED_TO_20, 22]
 
     resumed = True
     cfg = load_config(JOBS / "cartpole.toml", ["run.progress_seconds=1000", *sets])
@@ -400,7 +406,7 @@ def test_a_stop_during_the_owed_evaluations_leaves_the_run_resumable_and_the_res
     trainer = Trainer(cfg, World(), learner, FakeActors(), LocalSync(World()), tmp_path,
                       Counters(ckpt.update, ckpt.frames, ckpt.wall_time, 1), log, second)
     assert run(trainer) == 0
-    assert trainer.counters.update == ckpt.update + 1 and second.started == [18, 20]
+    assert trainer.counters.update == ckpt.update + 1 and second.started == OWED_TO_20
     hit = first_reaching(load_run(tmp_path)["eval"], 18.0)
     assert (hit["update"], hit["frames"]) == (20, 20 * FRAMES_PER_BATCH)
 
@@ -408,9 +414,9 @@ def test_a_stop_during_the_owed_evaluations_leaves_the_run_resumable_and_the_res
 def test_weights_not_yet_evaluated_at_a_stop_are_played_once_the_resumed_run_hits_the_target(
         tmp_path):
     """As above, but a stop signal ends the run at update 21, while 16's evaluation plays and
-    18's and 20's wait: the checkpoint keeps them, with 16's and those skipped before 16 (played
-    had 16 hit). The resumed run evaluates 22, which hits; then the kept weights play, oldest
-    first, until one hits: 20, the time to target the run without the stop found."""
+    18's and 20's wait: the checkpoint keeps them, with 16's and all those skipped before 16
+    (played had 16 hit). The resumed run evaluates 22, which hits; then the kept weights play,
+    oldest first, until one hits: 20, the time to target the run without the stop found."""
     from analysis.load import load_run
     from analysis.scores import first_reaching
 
@@ -427,11 +433,11 @@ def test_weights_not_yet_evaluated_at_a_stop_are_played_once_the_resumed_run_hit
         signal.signal(signal.SIGUSR1, previous)
     assert first.started == [2, 9, 16]
     kept = checkpoint.load_unplayed(tmp_path / "checkpoints", 21)
-    assert [k.update for k in kept] == [10, 12, 14, 16, 18, 20]
-    assert [k.frames for k in kept] == [u * FRAMES_PER_BATCH for u in (10, 12, 14, 16, 18, 20)]
+    assert [k.update for k in kept] == [4, 6, 8, 10, 12, 14, 16, 18, 20]
+    assert [k.frames for k in kept] == [k.update * FRAMES_PER_BATCH for k in kept]
     # A resume from an older checkpoint drops those taken after it.
     assert [k.update for k in checkpoint.load_unplayed(tmp_path / "checkpoints", 15)] == \
-        [10, 12, 14]
+        [4, 6, 8, 10, 12, 14]
 
     ckpt = checkpoint.load(checkpoint.latest(tmp_path / "checkpoints"))
     cfg = load_config(JOBS / "cartpole.toml", ["run.progress_seconds=1000", *sets])
@@ -443,6 +449,6 @@ def test_weights_not_yet_evaluated_at_a_stop_are_played_once_the_resumed_run_hit
     resumed = Trainer(cfg, World(), learner, FakeActors(), LocalSync(World()), tmp_path,
                       counters, log, second)
     assert run(resumed) == 0
-    assert second.started == [22, 10, 12, 14, 16, 18, 20]
+    assert second.started == [22, 4, 6, 8, 10, 12, 14, 16, 18, 20]
     hit = first_reaching(load_run(tmp_path)["eval"], 18.0)
     assert (hit["update"], hit["frames"]) == (20, 20 * FRAMES_PER_BATCH)
