@@ -52,6 +52,7 @@ class A2C(ActorCritic):
     name = "a2c"
     fields = ("returns",)
     off_policy = False
+
     def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
         return {"returns": nstep_returns(rollout.rewards, rollout.dones, rollout.bootstrap,
                                          self.cfg.algo.gamma)}

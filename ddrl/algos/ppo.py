@@ -57,6 +57,7 @@ class PPO(ActorCritic):
     name = "ppo"
     fields = ("returns", "advantages", "logp", "values")
     off_policy = False
+
     def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
         r = rollout
         adv, returns = gae(r.rewards, r.dones, r.values, r.bootstrap, self.cfg.algo.gamma,

@@ -57,6 +57,7 @@ class VTrace(ActorCritic):
     name = "vtrace"
     fields = ("returns", "advantages", "logp")
     off_policy = True
+
     def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
         vs, q, rho = _vtrace(self.cfg, rollout)
         return {"returns": vs, "advantages": rho * (q - rollout.values),
