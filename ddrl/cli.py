@@ -39,9 +39,29 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def _report_exit(command: str, code: int) -> None:
+    """Rank 0 of `ddrl train` writes its exit code to DDRL_EXIT_FILE where the batch script
+    (slurm/launch.sh) set it: the launcher is then given a grace period to end, not forever."""
+    from ddrl.distributed.world import launcher_rank
+
+    path = os.environ.get("DDRL_EXIT_FILE")
+    if command == "train" and path and launcher_rank() == 0:
+        try:
+            with open(path, "w") as f:
+                f.write(f"{code}\n")
+        except OSError as exc:
+            say(f"ddrl: warning: DDRL_EXIT_FILE: {exc}", err=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
+    code = _run(args)
+    _report_exit(args.command, code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         # A full disk or quota under `ddrl analyze`'s figures or `ddrl export`'s events too.
         with storage_errors():
@@ -55,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     except DdrlError as exc:
         say(f"ddrl: error: {exc}", err=True)
         if isinstance(exc, HardExitError):
+            _report_exit(args.command, 2)
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(2)

@@ -275,6 +275,32 @@ def test_a_lost_rank_restarts_the_step_from_its_checkpoint(slurm_cluster, tmp_pa
           f"{time.monotonic() - lost_at:.0f} s after the fault")
 
 
+def test_a_launcher_that_outlives_rank_0_is_ended_after_the_grace(slurm_cluster, tmp_path):
+    """A process outside the step's process tree (a daemon a rank started, say) holds rank 1's
+    output open, so srun waits on it after every rank exited. The batch script ends srun
+    DDRL_STEP_GRACE seconds after rank 0 exited and the job completes with rank 0's code,
+    long before that process ends."""
+    out = tmp_path / "run"
+    job = slurm_cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),
+                               "--set", "run.max_frames=30000", *FAST,
+                               env={"DDRL_STEP_GRACE": "5"})
+    rank1 = rank_pid(out, 1, wait=120, rank_var="SLURM_PROCID")
+    with open(f"/proc/{rank1}/fd/1", "wb") as output:  # the pipe to slurmstepd
+        holder = subprocess.Popen(["sleep", "600"], stdout=output, start_new_session=True)
+    try:
+        [result] = slurm_cluster.wait(job, timeout=240)
+        text = result.text()
+        assert holder.poll() is None, "the job should end while the holder still runs"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), text
+    assert "ddrl: error: rank 0 exited (code 0) 5 s ago but the step's launcher is still there" \
+        in text, text
+    assert "ddrl: the step failed" not in text, text
+    assert checkpoint.load(checkpoint.latest(out / "checkpoints")).frames >= 30000
+
+
 def test_printed_array_script_runs_two_seeds(slurm_cluster, tmp_path):
     script = ddrl_slurm(str(CARTPOLE), "--array", "0-1", "--tasks-per-node", "1",
                         "--set", "run.max_frames=8000", *FAST)

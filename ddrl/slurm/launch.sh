@@ -61,6 +61,7 @@ ddrl_launcher() {
       [ "${SLURM_HET_SIZE:-1}" -eq 1 ] || ddrl_die "a heterogeneous job (central mode) needs DDRL_LAUNCHER=srun"
       read -ra flags <<< "${DDRL_MPIRUN_ARGS---bind-to core --map-by slot:PE=${SLURM_CPUS_PER_TASK:-1}}"
       [ "$(id -u)" != 0 ] || flags+=(--allow-run-as-root)
+      flags+=(-x DDRL_EXIT_FILE)
       launcher=(mpirun "${flags[@]}") ;;
     *) ddrl_die "DDRL_LAUNCHER=$DDRL_LAUNCHER: expected srun or mpirun" ;;
   esac
@@ -84,6 +85,34 @@ ddrl_step() {
     [ "$g" -eq 0 ] || step+=(:)
     step+=(--het-group="$g" ${!cpus:+"--cpus-per-task=${!cpus}"} "${flags[@]}" "$@")
   done
+}
+
+# Waits for the step (step_pid) and returns its exit status. A launcher ends within seconds
+# of its tasks, or within KillWait once it kills the rest after one failed. One still there
+# DDRL_STEP_GRACE seconds (default 60) after rank 0 of `ddrl train` exited (it writes its
+# exit code to DDRL_EXIT_FILE, on the batch host where rank 0 runs) waits on something no
+# rank will end, such as a process that left a rank's process tree, so the step's kill
+# missed it, and holds the step's output open. That launcher is ended and the step's status
+# is rank 0's (rank 0 checkpoints), so the job restarts or requeues instead of sitting out
+# its time limit.
+ddrl_wait_step() {
+  local exited_at="" grace=${DDRL_STEP_GRACE:-60} i
+  while kill -0 "$step_pid" 2>/dev/null; do
+    if [ -s "$DDRL_EXIT_FILE" ]; then
+      exited_at=${exited_at:-$SECONDS}
+      if [ $((SECONDS - exited_at)) -ge "$grace" ]; then
+        echo "ddrl: error: rank 0 exited (code $(<"$DDRL_EXIT_FILE")) $grace s ago but the step's launcher is still there: ending it (DDRL_STEP_GRACE)" >&2
+        kill -TERM "$step_pid" 2>/dev/null
+        for ((i = 0; i < 10; i++)); do kill -0 "$step_pid" 2>/dev/null && sleep 1; done
+        kill -KILL "$step_pid" 2>/dev/null
+        wait "$step_pid"
+        return "$(<"$DDRL_EXIT_FILE")"
+      fi
+    fi
+    # A foreground sleep, so that a trapped signal's handler runs within a second.
+    sleep 1
+  done
+  wait "$step_pid"
 }
 
 # The run directory DIR of TRAIN_ARGS... (they hold `--out DIR`).
@@ -165,6 +194,10 @@ ddrl_main() {
   local -a train_args launcher step
   ddrl_find
   [[ $max_restarts =~ ^[0-9]+$ ]] || ddrl_die "DDRL_MAX_RESTARTS=$max_restarts: expected a whole number"
+  [[ ${DDRL_STEP_GRACE:-60} =~ ^[0-9]+$ ]] || ddrl_die "DDRL_STEP_GRACE=$DDRL_STEP_GRACE: expected a whole number of seconds"
+  DDRL_EXIT_FILE=$(mktemp "${TMPDIR:-/tmp}/ddrl-exit.XXXXXX") || ddrl_die "cannot create a file in ${TMPDIR:-/tmp}"
+  export DDRL_EXIT_FILE
+  trap 'rm -f "$DDRL_EXIT_FILE"' EXIT
   while :; do
     ddrl_launcher
     # Also the fail-fast check: a bad job file stops here with one `ddrl: error:` line,
@@ -174,13 +207,11 @@ ddrl_main() {
 
     echo "ddrl: job ${SLURM_JOB_ID:-?} restart ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST:-?}: ${launcher[*]}${SLURM_HET_SIZE:+ (${SLURM_HET_SIZE} components)} $ddrl train ${train_args[*]}"
     ddrl_step bash -c "$DDRL_RANK_SH" ddrl-rank "$ddrl" train "${train_args[@]}"
+    : > "$DDRL_EXIT_FILE"
     "${step[@]}" &
     step_pid=$!
     [ -z "$stop" ] || kill -USR1 "$step_pid"
-    # A trapped signal interrupts `wait` while the step still runs: wait again until it is
-    # gone, then read its exit status.
-    while kill -0 "$step_pid" 2>/dev/null; do wait "$step_pid"; done
-    wait "$step_pid"
+    ddrl_wait_step
     rc=$?
     step_pid=""
     # A rank or node lost (killed, crashed, or silent past sync.timeout: exit 4) ends the
