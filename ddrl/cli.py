@@ -50,7 +50,8 @@ def _report_exit(command: str, code: int) -> None:
             with open(path, "w") as f:
                 f.write(f"{code}\n")
         except OSError as exc:
-            say(f"ddrl: warning: DDRL_EXIT_FILE: {exc}", err=True)
+            say(f"[ddrl] warning: cannot write DDRL_EXIT_FILE ({exc}): the batch script "
+                "waits for the launcher without a grace period", err=True)
 
 
 def main(argv: list[str] | None = None) -> int:
