@@ -81,9 +81,13 @@ def cpu_summary() -> str:
     # oneDNN (TensorFlow's CPU kernels) runs no wider than ONEDNN_MAX_CPU_ISA: a figure taken
     # under it stands for a CPU with that ISA, not for the one the features name.
     isa = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    # Without oneDNN TensorFlow runs Eigen's kernels: up to half the speed (ddrl/__init__.py).
+    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "")
     return (f"{model}, {len(os.sched_getaffinity(0))} cores, "
             f"features: {' '.join(cpu_features()) or '-'}"
-            + (f", oneDNN limited to {isa.lower()} (ONEDNN_MAX_CPU_ISA)" if isa else ""))
+            + (f", oneDNN limited to {isa.lower()} (ONEDNN_MAX_CPU_ISA)" if isa else "")
+            + (f", oneDNN off (TF_ENABLE_ONEDNN_OPTS={onednn})"
+               if onednn.strip().lower() in ("0", "false") else ""))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
