@@ -192,8 +192,8 @@ def _options(args: argparse.Namespace, stem: str, n_runs: int | None) -> dict[st
             raise DdrlError(f"{flag} {opts[flag]!r}: use letters, digits and . , : % @ + = / - _")
     if args.mem is not None and not _MEM.fullmatch(args.mem):
         raise DdrlError(f"--mem {args.mem!r}: expected a size like 64G or 4000M")
-    if args.array is not None and not _ARRAY.fullmatch(args.array):
-        raise DdrlError(f"--array {args.array!r}: expected indices like 0-9, 1,3,5 or 0-9%4")
+    if args.array is not None:
+        array_tasks(args.array, n_runs)
     if args.array is None and n_runs is not None:
         opts["--array"] = f"0-{n_runs - 1}"
     if args.gpus_per_node is not None:
@@ -202,6 +202,23 @@ def _options(args: argparse.Namespace, stem: str, n_runs: int | None) -> dict[st
         opts["--ntasks-per-node"] = str(args.gpus_per_node)
         opts["--gres"] = f"gpu:{args.gpus_per_node}"
     return opts
+
+
+def array_tasks(spec: str, n_runs: int | None = None) -> list[int]:
+    """The task indices of a Slurm `--array` value (`0-9`, `1,3,5`, `0-9:2`, `0-9%4`), in
+    order; with a sweep's `n_runs`, each must name one of its lines."""
+    if not _ARRAY.fullmatch(spec):
+        raise DdrlError(f"--array {spec!r}: expected indices like 0-9, 1,3,5 or 0-9%4")
+    tasks = set()
+    for part in spec.split("%")[0].split(","):
+        first, _, rest = part.partition("-")
+        last, _, step = rest.partition(":")
+        if (last and int(last) < int(first)) or (step and int(step) == 0):
+            raise DdrlError(f"--array {spec!r}: the range {part} holds no task")
+        tasks.update(range(int(first), int(last or first) + 1, int(step or 1)))
+    if n_runs is not None and max(tasks) >= n_runs:
+        raise DdrlError(f"--array {spec!r}: the sweep file has {n_runs} runs (tasks 0-{n_runs - 1})")
+    return sorted(tasks)
 
 
 def _check_time(header: list[list[str | None]]) -> None:

@@ -1,7 +1,8 @@
 """`ddrl sweep JOB --sweep FILE --out DIR`: a sweep file's runs one after another on this
 machine, as `sbatch --array=0-N slurm/array.sbatch JOB --sweep FILE --out DIR` runs them on a
 cluster: the same lines, the same run directories (DIR_0, DIR_1, ...), each run under
-`mpirun -n --ranks`, each rank bound to its share of the cores.
+`mpirun -n --ranks`, each rank bound to its share of the cores. `--array` picks lines as
+sbatch's does (`--array 2,7`): those runs alone, in the same directories.
 
 The command can be stopped and started again: a run that ended (its `ddrl train` exited 0:
 frame budget, target or time limit) is marked finished and skipped; one that was stopped
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from ddrl.distributed.launch import mpirun_command
 from ddrl.errors import DdrlError
-from ddrl.slurm_script import sweep_lines, task_config, train_args
+from ddrl.slurm_script import array_tasks, sweep_lines, task_config, train_args
 
 # Written into a run directory when its run ended on its own.
 FINISHED = "sweep-finished"
@@ -35,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", type=int, default=2, help="MPI ranks per run (default 2)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of every run (repeatable)")
+    p.add_argument("--array", metavar="INDICES",
+                   help="only these lines' runs, counted from 0 as sbatch --array counts them "
+                        "(e.g. 2,7 or 0-5)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,8 +48,15 @@ def run(args: argparse.Namespace) -> int:
     # Every line checked before the first run starts: a typo on line 17 must not wait hours.
     lines = sweep_lines(args.sweep)
     runs = [task_config(args.job, args.set, args.sweep, task) for task in range(len(lines))]
+    tasks = range(len(runs))
+    if args.array is not None:
+        if "%" in args.array:
+            raise DdrlError(f"--array {args.array!r}: ddrl sweep runs one run at a time; "
+                            "drop the %N limit")
+        tasks = array_tasks(args.array, len(runs))
     failed = []
-    for task, (job, sets) in enumerate(runs):
+    for task in tasks:
+        job, sets = runs[task]
         run_dir = Path(f"{args.out}_{task}")
         name = f"run {task} of {len(runs)} ({' '.join(lines[task])})"
         if (run_dir / FINISHED).exists():

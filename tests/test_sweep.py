@@ -7,6 +7,7 @@ import subprocess
 
 from conftest import DDRL, JOBS, NO_EVAL, ROOT, ddrl, env_for_tests, table, wait_for_updates
 
+from ddrl.config import load_config
 from ddrl.sweep import FINISHED
 
 
@@ -50,3 +51,35 @@ def test_a_bad_line_is_refused_before_any_run_starts(tmp_path):
     assert res.returncode == 2
     assert res.stderr.startswith("ddrl: error:") and "run.sede" in res.stderr, res.stderr
     assert not (tmp_path / "r_0").exists()
+
+
+def test_array_runs_only_the_lines_it_names_into_their_own_directories(tmp_path):
+    """`ddrl sweep --array` picks lines as `sbatch --array` picks tasks: a sweep split over
+    machines, or one line run again, lands where the whole sweep would have put it."""
+    sweep = tmp_path / "seeds.sweep"
+    sweep.write_text("run.seed=0\nrun.seed=1\nrun.seed=2\n")
+    out = tmp_path / "cp"
+    args = ["sweep", JOBS / "cartpole.toml", "--sweep", sweep, "--out", out, "--ranks", "1",
+            "--set", "run.max_frames=2000", *NO_EVAL]
+    for array, message in (("3", "the sweep file has 3 runs (tasks 0-2)"),
+                           ("0-2%2", "runs one run at a time")):
+        res = ddrl(*args, "--array", array, timeout=60)
+        assert res.returncode == 2 and res.stderr.startswith("ddrl: error: --array"), res.stderr
+        assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("cp_*"))
+
+    res = ddrl(*args, "--array", "2", timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "run 2 of 3 (run.seed=2)" in res.stdout and "run 0 " not in res.stdout
+    assert [p.name for p in tmp_path.glob("cp_*")] == ["cp_2"]
+    assert (tmp_path / "cp_2" / FINISHED).exists()
+    assert load_config(tmp_path / "cp_2" / "config.toml").run.seed == 2
+    assert table(tmp_path / "cp_2", "train")["update"][-1] > 0
+
+
+def test_ddrl_slurm_refuses_an_array_longer_than_its_sweep(tmp_path):
+    sweep = tmp_path / "two.sweep"
+    sweep.write_text("run.seed=0\nrun.seed=1\n")
+    res = ddrl("slurm", JOBS / "cartpole.toml", "--sweep", sweep, "--array", "0-2", timeout=60)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr == "ddrl: error: --array '0-2': the sweep file has 2 runs (tasks 0-1)\n"

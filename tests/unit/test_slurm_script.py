@@ -1,0 +1,32 @@
+"""Slurm's `--array` syntax, as `ddrl slurm` checks it and `ddrl sweep --array` picks lines."""
+from __future__ import annotations
+
+import pytest
+
+from ddrl.errors import DdrlError
+from ddrl.slurm_script import array_tasks
+
+
+@pytest.mark.parametrize("spec, tasks", [
+    ("4", [4]),
+    ("0-3", [0, 1, 2, 3]),
+    ("0-9:4", [0, 4, 8]),
+    ("7,1-2,2", [1, 2, 7]),
+    ("0-5%2", [0, 1, 2, 3, 4, 5]),
+])
+def test_array_tasks_are_slurms_indices(spec, tasks):
+    assert array_tasks(spec) == tasks
+
+
+@pytest.mark.parametrize("spec, n_runs, message", [
+    ("0-9%", None, "expected indices like"),
+    ("1,,2", None, "expected indices like"),
+    ("-1", None, "expected indices like"),
+    ("5-3", None, "the range 5-3 holds no task"),
+    ("0-4:0", None, "the range 0-4:0 holds no task"),
+    ("0,12", 12, "the sweep file has 12 runs (tasks 0-11)"),
+])
+def test_an_array_that_names_no_task_or_a_missing_line_is_refused(spec, n_runs, message):
+    with pytest.raises(DdrlError, match="--array") as err:
+        array_tasks(spec, n_runs)
+    assert message in str(err.value)
