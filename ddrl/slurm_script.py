@@ -215,9 +215,11 @@ def array_tasks(spec: str, n_runs: int | None = None) -> list[int]:
         last, _, step = rest.partition(":")
         if (last and int(last) < int(first)) or (step and int(step) == 0):
             raise DdrlError(f"--array {spec!r}: the range {part} holds no task")
-        tasks.update(range(int(first), int(last or first) + 1, int(step or 1)))
-    if n_runs is not None and max(tasks) >= n_runs:
-        raise DdrlError(f"--array {spec!r}: the sweep file has {n_runs} runs (tasks 0-{n_runs - 1})")
+        part_tasks = range(int(first), int(last or first) + 1, int(step or 1))
+        if n_runs is not None and part_tasks[-1] >= n_runs:
+            raise DdrlError(f"--array {spec!r}: the sweep file has {n_runs} runs "
+                            f"(tasks 0-{n_runs - 1})")
+        tasks.update(part_tasks)
     return sorted(tasks)
 
 
