@@ -73,6 +73,14 @@ def test_slurm_command_rejects_bad_input(args, message):
     assert proc.stderr.count("\n") == 1
 
 
+def test_an_array_longer_than_the_sweep_is_refused(tmp_path):
+    sweep = tmp_path / "two.sweep"
+    sweep.write_text("run.seed=0\nrun.seed=1\n")
+    res = ddrl_slurm(str(CARTPOLE), "--sweep", str(sweep), "--array", "0-2")
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr == "ddrl: error: --array '0-2': the sweep file has 2 runs (tasks 0-1)\n"
+
+
 def test_gpu_script_gives_each_rank_one_gpu():
     script = ddrl_slurm(str(CARTPOLE), "--gpus-per-node", "4", "--cpus-per-task", "8").stdout
     assert "#SBATCH --ntasks-per-node=4\n" in script and "#SBATCH --gres=gpu:4\n" in script

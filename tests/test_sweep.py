@@ -75,11 +75,3 @@ def test_array_runs_only_the_lines_it_names_into_their_own_directories(tmp_path)
     assert (tmp_path / "cp_2" / FINISHED).exists()
     assert load_config(tmp_path / "cp_2" / "config.toml").run.seed == 2
     assert table(tmp_path / "cp_2", "train")["update"][-1] > 0
-
-
-def test_ddrl_slurm_refuses_an_array_longer_than_its_sweep(tmp_path):
-    sweep = tmp_path / "two.sweep"
-    sweep.write_text("run.seed=0\nrun.seed=1\n")
-    res = ddrl("slurm", JOBS / "cartpole.toml", "--sweep", sweep, "--array", "0-2", timeout=60)
-    assert res.returncode == 2 and res.stdout == ""
-    assert res.stderr == "ddrl: error: --array '0-2': the sweep file has 2 runs (tasks 0-1)\n"
