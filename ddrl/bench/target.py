@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     seeds = args.out / "seeds.sweep"
     seeds.write_text("".join(f"run.seed={s}\n" for s in range(args.seeds)))
     code = sweep.run(argparse.Namespace(job=args.job, sweep=str(seeds), out=str(args.out / "seed"),
-                                        ranks=args.ranks, set=args.set))
+                                        ranks=args.ranks, set=args.set, array=None))
     if code != 0:
         return code
     print(report(args.job, [args.out / f"seed_{s}" for s in range(args.seeds)], cfg.eval.target,
