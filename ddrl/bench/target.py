@@ -39,8 +39,13 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = args.out / "seeds.sweep"
     seeds.write_text("".join(f"run.seed={s}\n" for s in range(args.seeds)))
-    code = sweep.run(argparse.Namespace(job=args.job, sweep=str(seeds), out=str(args.out / "seed"),
-                                        ranks=args.ranks, set=args.set, array=None))
+    # Through ddrl sweep's own parser, so that an option it gains has its default here too.
+    parser = argparse.ArgumentParser(prog="ddrl sweep")
+    sweep.add_arguments(parser)
+    sets = [a for kv in args.set for a in ("--set", kv)]
+    code = sweep.run(parser.parse_args([args.job, "--sweep", str(seeds), "--out",
+                                        str(args.out / "seed"), "--ranks", str(args.ranks),
+                                        *sets]))
     if code != 0:
         return code
     print(report(args.job, [args.out / f"seed_{s}" for s in range(args.seeds)], cfg.eval.target,
