@@ -67,7 +67,7 @@ test: setup
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q tests/unit tests/integration
 	$(MAKE) --no-print-directory docs
-	$(PY) -m pytest -q --durations=25 tests --ignore=tests/unit --ignore=tests/integration
+	$(PY) -m pytest -q --durations=40 tests --ignore=tests/unit --ignore=tests/integration
 	$(MAKE) --no-print-directory test-newest
 
 $(NEWEST_VENV)/.deps: setup.cfg pyproject.toml .ci/constraints-newest.txt $(VENV)/.apt

@@ -1,5 +1,3 @@
-import sys
+from ddrl.cli import entry
 
-from ddrl.cli import main
-
-sys.exit(main())
+entry()

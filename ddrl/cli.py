@@ -3,9 +3,13 @@ their modules."""
 from __future__ import annotations
 
 import argparse
+import atexit
+import ctypes
 import importlib
 import os
 import sys
+import threading
+from typing import NoReturn
 
 from ddrl.errors import DdrlError, EveryRankError, HardExitError, storage_errors
 from ddrl.output import say
@@ -90,5 +94,32 @@ def _run(args: argparse.Namespace) -> int:
         return 0
 
 
+def entry() -> NoReturn:
+    """The `ddrl` command and `python -m ddrl`: `main`, then the process's end."""
+    code = main()
+    if "tensorflow" in sys.modules and all(t.daemon for t in threading.enumerate()
+                                           if t is not threading.main_thread()):
+        _exit_without_teardown(code)
+    sys.exit(code)
+
+
+def _exit_without_teardown(code: int) -> NoReturn:
+    """The end of a normal exit without Python's teardown of every object TensorFlow made,
+    which takes about a second a process (each rank of each run; a test suite of short runs
+    spends minutes in it). What a normal exit does for the program is kept: Python's exit
+    handlers (multiprocessing's joins, Horovod's shutdown), MPI_Finalize (mpi4py would call it
+    last of all), the standard streams flushed, and C's exit, whose handlers close HDF5."""
+    atexit._run_exitfuncs()
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that left, a stream closed (BrokenPipeError)
+            pass
+    ctypes.CDLL(None).exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

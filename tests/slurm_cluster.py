@@ -28,8 +28,8 @@ CLIENTS = ("sbatch", "scontrol", "scancel", "sinfo", "squeue", "srun")
 # Declared above a 2-core machine's hardware (slurmd accepts it with config_overrides) so a
 # 2-task job and a 2-task array run side by side; the ranks share the real cores.
 MIN_CPUS = 4
-FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-                "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+                          "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"})
 _FIELD = re.compile(r"(\w+)=(\S*)")
 
 
@@ -214,13 +214,15 @@ PartitionName=debug Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE St
     def state(self, job_id: str) -> str:
         return self.records(job_id)[0]["JobState"]
 
-    def wait(self, job_id: str, timeout: float) -> list[JobResult]:
-        """Wait until the job (every task of an array) is in a final state; on timeout, cancel
-        it and fail with its output. Results are ordered by array task id."""
+    def wait(self, job_id: str, timeout: float, states: frozenset[str] = FINAL_STATES
+             ) -> list[JobResult]:
+        """Wait until the job (every task of an array) is in one of `states`, a final state
+        unless told; on timeout, cancel it and fail with its output. Results are ordered by
+        array task id."""
         deadline = time.monotonic() + timeout
         while True:
             recs = self.records(job_id)
-            if all(r["JobState"] in FINAL_STATES for r in recs):
+            if all(r["JobState"] in states for r in recs):
                 break
             if time.monotonic() > deadline:
                 self.run("scancel", job_id, check=False)

@@ -167,7 +167,7 @@ def test_the_evaluator_may_use_the_cores_of_every_rank_on_its_machine(run_dir):
     on a 2-core machine): rank 0's evaluator is not held to rank 0's core, it may take the time
     any rank of the job leaves idle, and no core beyond theirs."""
     proc = subprocess.Popen([*mpirun_command(2), *DDRL, "train", str(JOBS / "cartpole.toml"),
-                             "--out", str(run_dir), *EVALS, "--set", "run.max_minutes=0.5",
+                             "--out", str(run_dir), *EVALS, "--set", "run.max_minutes=0.3",
                              "--set", "run.max_frames=100000000"],
                             cwd=ROOT, env=env_for_tests(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
