@@ -73,11 +73,13 @@ def test_central_recurrent_vtrace_keeps_each_remote_simulators_state_on_the_lear
     res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *CENTRAL,
                "--set", "algo.recurrent=16", "--set", "node.t_max=16", "--set",
                "node.batch_size=64", "--set", "run.max_frames=150000", "--set", "eval.every=50",
-               ranks=3, timeout=300)
+               "--set", "eval.target=60", ranks=3, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     check_actors(run_dir, res.stdout, [1, 2])
-    # 4 sequences a batch; the greedy policy far above random play (about 22).
+    # 4 sequences a batch; the greedy policy far above random play (about 22): the run stops
+    # at the first evaluation that shows it.
     assert (table(run_dir, "train")["effective_batch"] == 4).all()
+    assert "stopped (target)" in res.stdout, res.stdout[-3000:]
     assert table(run_dir, "eval")["mean_return"].max() >= 60
 
 

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import JOBS, ddrl, table
+from conftest import JOBS, NO_EVAL, ddrl, table
 
 RECURRENT_PPO = ["algo.name=ppo", "node.mode=a2c", "node.n_sim=8", "node.t_max=64",
                  "algo.recurrent=16", "optim.lr=1e-3", "optim.max_grad_norm=0.5"]
@@ -96,13 +96,20 @@ DIGEST = re.compile(r"\[ddrl\] rank (\d+) final weights sha256 ([0-9a-f]+)")
 
 
 def test_recurrent_ppo_learns_cartpole_on_two_ranks_as_one_agent(run_dir):
-    sets = [x for s in RECURRENT_PPO + ["node.n_sim=4", "eval.every=32", "run.max_frames=300000"]
-            for x in ("--set", s)]
-    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *sets, ranks=2, timeout=600)
+    """Judged on the sampled policy's training games, not on greedy evaluations: a greedy
+    CartPole policy can balance the pole for hundreds of steps after a few dozen updates. With
+    64 units the games' mean went from about 30 (random play: 22) over the first 5,000 frames to
+    107-146 over 10,000-15,000 on seeds 0-2 (docs/results/recurrent.md)."""
+    sets = [x for s in RECURRENT_PPO + ["algo.recurrent=64", "node.n_sim=4",
+                                        "run.max_frames=16000"] for x in ("--set", s)]
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *sets, *NO_EVAL, ranks=2,
+               timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     digests = dict(DIGEST.findall(res.stdout))
     assert sorted(digests) == ["0", "1"] and len(set(digests.values())) == 1, res.stdout
-    assert table(run_dir, "eval")["mean_return"].max() >= 400
+    games = table(run_dir, "episodes")
+    late = games[games["frames"] > 8000]["return"]
+    assert len(late) >= 10 and late.mean() >= 80, games
     assert (table(run_dir, "train")["effective_batch"] == 2).all()  # 4 rollouts a minibatch
 
 
