@@ -122,6 +122,10 @@ MpiDefault=none
 MailProg=/bin/true
 # Finished jobs stay visible to `scontrol show job` (there is no slurmdbd for sacct).
 MinJobAge=3600
+# A step's tasks left after one failed (srun -K1) are killed this long after their SIGTERM
+# (default 30 s): a rank blocked on a lost peer ignores the signal, so it sets when a lost-rank
+# restart begins. ddrl's orderly stops (scancel, requeue) end within 2-3 s of theirs.
+KillWait=10
 # Schedule (and start requeued jobs) within seconds instead of the default minute.
 SchedulerParameters=sched_interval=2,bf_interval=1
 StateSaveLocation={r}/state

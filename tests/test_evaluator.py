@@ -210,7 +210,7 @@ def test_a_signal_to_the_process_group_stops_the_run_once_and_quietly(run_dir, s
 
 def test_bench_eval_measures_the_evaluator_from_a_trained_run(tmp_path):
     trained = tmp_path / "trained"
-    res = ddrl("train", JOBS / "cartpole.toml", "--out", trained, "--set", "run.max_frames=20000",
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", trained, "--set", "run.max_frames=4000",
                "--set", "eval.target=none", timeout=180)
     assert res.returncode == 0, res.stderr
     before = len(table(trained, "train")), sorted((trained / "checkpoints").iterdir())
