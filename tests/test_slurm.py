@@ -249,7 +249,7 @@ def test_cancel_checkpoints_and_the_job_stays_cancelled(slurm_cluster, tmp_path)
 
 
 @pytest.mark.parametrize("fault,sig,sets,line", [
-    ("killed", signal.SIGKILL, (), "srun: error: vm: task 1: Killed"),
+    ("killed", signal.SIGKILL, (), "task 1: Killed"),
     # A frozen rank (a hung node): rank 0's all-reduce watchdog ends the step (exit 4; the
     # step's code is the frozen task's once srun has killed it within KillWait).
     ("frozen", signal.SIGSTOP, ("--set", "sync.timeout=15"),
