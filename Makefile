@@ -43,7 +43,7 @@ endef
 $(VENV)/.deps: $(VENV)/.apt setup.cfg pyproject.toml $(CONSTRAINTS)
 	$(call venv_recipe,python3,$(VENV),$(CONSTRAINTS),test)
 
-# Horovod compiles against the installed TensorFlow and MPI (about 2 minutes on 2 cores).
+# Horovod compiles against the installed TensorFlow and MPI (2-3 minutes on 2 cores).
 # Without Gloo: ddrl's launchers (mpirun, srun) start Horovod on MPI, and Gloo's sources are
 # a third of the build (docs/install.md).
 $(VENV)/.horovod: $(VENV)/.deps
