@@ -10,11 +10,20 @@ import pandas as pd
 from analysis.load import Run
 from analysis.scores import human_normalized, resolve_target, to_target
 
+# Keys that say how a run was kept (its time limit, checkpoints, logging, the evaluator's
+# share of the CPU), not what it learns: runs of one sweep line on CPUs of different speeds,
+# one of them given more minutes, are still one setting.
+BOOKKEEPING = frozenset({
+    "run.max_minutes", "run.checkpoint_minutes", "run.keep_checkpoints", "run.log_every",
+    "run.progress_seconds", "run.tensorboard", "run.wandb", "dqn.save_replay", "eval.nice",
+    "eval.cpu_share"})
+
 
 def config_differences(runs: list[Run]) -> list[str]:
-    """Dotted config keys (and `ranks`) whose values are not the same in all runs."""
+    """Dotted config keys (and `ranks`) whose values are not the same in all runs, but for
+    `BOOKKEEPING`'s."""
     flats = [r.flat_config() for r in runs]
-    keys = sorted(set().union(*flats)) if flats else []
+    keys = sorted(set().union(*flats) - BOOKKEEPING) if flats else []
     # Lists are unhashable: compare values through their JSON text.
     return [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flats}) > 1]
 

@@ -27,3 +27,18 @@ def test_runs_of_different_jobs_are_labelled_by_name():
     many = {f"k{i}": i for i in range(MAX_LABEL_KEYS + 1)}
     runs = [run("pong-paper", node=many), run("pong-ppo", node={k: -1 for k in many})]
     assert run_labels(runs) == ["pong-paper", "pong-ppo"]
+
+
+def test_keys_of_bookkeeping_do_not_make_a_setting():
+    """One sweep line run with a longer time limit on a slower CPU, checkpointed more often and
+    its replay memory saved, is still the same setting as its other seeds."""
+    from analysis.comparison import setting_keys
+    from analysis.summary import config_differences
+
+    runs = [run("abl_2", run={"seed": 0, "max_minutes": 150}, dqn={"atoms": 51}),
+            run("abl_8", run={"seed": 1, "checkpoint_minutes": 3.0}, dqn={"atoms": 51,
+                                                                          "save_replay": True}),
+            run("abl_0", run={"seed": 0, "max_minutes": 60}, dqn={"atoms": 0})]
+    assert config_differences(runs) == ["dqn.atoms", "run.seed"]
+    assert setting_keys(runs) == ["dqn.atoms"]
+    assert run_labels(runs[:2]) == ["run.seed=0", "run.seed=1"]
