@@ -82,20 +82,24 @@ def line(run_dir: Path) -> list[str]:
     budget = int(run.setting("run.max_frames", 0)) or None
     minutes = float(run.setting("run.max_minutes", 0.0))
     t_target, _ = to_target(run, None)
-    finished = (budget is not None and frames >= budget) or not math.isnan(t_target) \
-        or (minutes > 0 and progress.wall_time >= minutes * 60)
+    at_end = (budget is not None and frames >= budget) or not math.isnan(t_target)
+    finished = at_end or (minutes > 0 and progress.wall_time >= minutes * 60)
+    # A run cut while it played the weights it owed (after its budget or its hit) is not done:
+    # its resume plays them, and they may move its time to target earlier.
+    owed = _owed(run_dir) if at_end and not live else 0
     state = "running" if live else "requeued" if _requeued(run_dir) else \
-        "killed" if killed else "finished" if finished else "stopped"
+        "killed" if killed else "finished" if finished and not owed else "stopped"
     fps = _recent_rate(run)
     # Time left, running runs only: to the frame budget at the recent rate, or the time limit.
     ends = [(budget - frames) / fps] if live and fps and budget else []
     ends += [minutes * 60 - progress.wall_time] if live and minutes > 0 else []
+    left = f"{owed} evals" if owed else _clock(min(ends)) if ends else "-"
     evals = run["eval"]["mean_return"]
     return [run_dir.name, state,
             f"{frames:,}" + (f" ({frames / budget:.0%})" if budget else ""),
             _fmt(fps, ",.0f"), _fmt(evals.iloc[-1] if len(evals) else None, ".1f"),
             _fmt(evals.max() if len(evals) else None, ".1f"), _clock(t_target),
-            str(int(run.attrs.get("restarts", 0))), _clock(min(ends)) if ends else "-"]
+            str(int(run.attrs.get("restarts", 0))), left]
 
 
 def _requeued(run_dir: Path) -> bool:
@@ -105,6 +109,13 @@ def _requeued(run_dir: Path) -> bool:
         return (run_dir / "requeued").stat().st_mtime >= (run_dir / "log.h5").stat().st_mtime
     except OSError:
         return False
+
+
+def _owed(run_dir: Path) -> int:
+    try:
+        return checkpoint.unplayed_count(run_dir / "checkpoints")
+    except DdrlError:  # damaged: the log says where the run stands; a resume names the file
+        return 0
 
 
 def _saved_frames(run_dir: Path) -> int:

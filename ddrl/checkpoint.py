@@ -63,14 +63,15 @@ def write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
                         "before it are intact") from None
 
 
-def read_arrays(path: Path) -> dict[str, np.ndarray]:
-    """All arrays of an .npz; a damaged or foreign file is one DdrlError naming it."""
+def read_arrays(path: Path, names: list[str] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of an .npz (`names`, or all), each read only if asked for; a damaged or
+    foreign file is one DdrlError naming it."""
     if not path.is_file():
         raise DdrlError(f"checkpoint not found: {path}")
     try:
         with np.load(path) as data:
-            return {name: data[name] for name in data.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+            return {name: data[name] for name in (data.files if names is None else names)}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as exc:
         raise DdrlError(f"checkpoint {path} is damaged or not a ddrl checkpoint ({exc})") from None
 
 
@@ -119,6 +120,12 @@ def load_unplayed(directory: Path, up_to: int) -> list[Checkpoint]:
     return [Checkpoint(int(u), int(f), float(t), 0, w, [])
             for w, u, f, t in zip(data["weights"], data["update"], data["frames"],
                                   data["wall_time"]) if u <= up_to]
+
+
+def unplayed_count(directory: Path) -> int:
+    """How many weights are owed an evaluation, read without their weights."""
+    path = directory / UNPLAYED
+    return len(read_arrays(path, ["update"])["update"]) if path.is_file() else 0
 
 
 def best_score(directory: Path) -> float | None:

@@ -24,6 +24,7 @@ from analysis.reference import load_reference
 from analysis.scaling import scaling_table
 from analysis.scores import human_normalized
 from analysis.summary import run_labels, summarize
+from ddrl import checkpoint
 from ddrl.errors import DdrlError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -371,6 +372,13 @@ def test_status_says_where_each_run_stands(run_dirs, tmp_path):
     for line in lines[1:]:
         cells = line.split()
         assert cells[1] == "finished" and ("(100%)" in line or cells[-3] != "-"), lines
+    # Cut while it played the weights it owed at its end: not finished, a resume plays them.
+    owing = tmp_path / "owing"
+    shutil.copytree(run_dirs[0], owing)
+    final = checkpoint.load(checkpoint.latest(owing / "checkpoints"))
+    checkpoint.save_unplayed(owing / "checkpoints", [final] * 3)
+    cells = ddrl("status", str(owing)).stdout.splitlines()[1].split()
+    assert cells[1] == "stopped" and cells[-2:] == ["3", "evals"], cells
     damaged = tmp_path / "damaged"
     shutil.copytree(run_dirs[0], damaged)
     (damaged / "log.h5").write_bytes(b"\0" * 4096)
