@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from analysis.comparison import setting_keys
 from analysis.load import Run
-from analysis.summary import MAX_LABEL_KEYS, run_labels
+from analysis.summary import MAX_LABEL_KEYS, config_differences, run_labels
 
 
 def run(name: str, ranks: int = 2, **sections: dict) -> Run:
@@ -32,12 +33,9 @@ def test_runs_of_different_jobs_are_labelled_by_name():
 def test_keys_of_bookkeeping_do_not_make_a_setting():
     """One sweep line run with a longer time limit on a slower CPU, checkpointed more often and
     its replay memory saved, is still the same setting as its other seeds."""
-    from analysis.comparison import setting_keys
-    from analysis.summary import config_differences
-
     runs = [run("abl_2", run={"seed": 0, "max_minutes": 150}, dqn={"atoms": 51}),
-            run("abl_8", run={"seed": 1, "checkpoint_minutes": 3.0}, dqn={"atoms": 51,
-                                                                          "save_replay": True}),
+            run("abl_8", run={"seed": 1, "checkpoint_minutes": 3.0},
+                dqn={"atoms": 51, "save_replay": True}),
             run("abl_0", run={"seed": 0, "max_minutes": 60}, dqn={"atoms": 0})]
     assert config_differences(runs) == ["dqn.atoms", "run.seed"]
     assert setting_keys(runs) == ["dqn.atoms"]
