@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import numpy as np
+
 from ddrl import checkpoint
 from ddrl.errors import DdrlError
 from ddrl.loop import video
@@ -24,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ddrl.config import load_config
-    from ddrl.envs import check_env_id, env_spec
+    from ddrl.envs import action_names, check_env_id, env_spec
 
     if not 0 <= args.seed < SEED_LIMIT:
         raise DdrlError(f"--seed {args.seed}: must be in [0, {SEED_LIMIT})")
@@ -58,4 +60,8 @@ def run(args: argparse.Namespace) -> int:
     res = evaluate(cfg, learner, args.episodes or cfg.eval.episodes, args.seed)
     print(f"{ckpt_path}: update {ckpt.update}, frames {ckpt.frames:,}: mean {res.mean:.2f} "
           f"+- {res.std:.2f}, max {res.max:.1f} over {res.episodes} episodes")
+    share = res.actions / res.actions.sum()
+    names = action_names(cfg, len(share))
+    print("actions: " + ", ".join(f"{names[a]} {share[a]:.1%}" for a in np.argsort(-share)
+                                  if share[a] > 0))
     return 0

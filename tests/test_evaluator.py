@@ -229,6 +229,19 @@ def test_bench_eval_measures_the_evaluator_from_a_trained_run(tmp_path):
     assert res.returncode == 2 and "ddrl: error: --from" in res.stderr, res.stderr
 
 
+def test_bench_policies_plays_random_and_each_held_action_under_the_eval_protocol():
+    res = ddrl("bench", "policies", JOBS / "pong-ppo.toml", "--episodes", "1", timeout=120)
+    assert res.returncode == 0, res.stderr
+    rows = dict(re.findall(r"^(random|hold \w+)\s+(-?\d+\.\d)\s", res.stdout, re.M))
+    held = ("NOOP", "FIRE", "RIGHT", "LEFT", "RIGHTFIRE", "LEFTFIRE")
+    assert list(rows) == ["random", *(f"hold {a}" for a in held)], res.stdout
+    # A paddle that never moves, or stays at one wall, returns no serve: 0-21.
+    assert all(float(rows[f"hold {a}"]) == -21.0 for a in held), res.stdout
+    assert -21.0 <= float(rows["random"]) <= -15.0, res.stdout
+    res = ddrl("bench", "policies", JOBS / "pong-ppo.toml", "--episodes", "0", timeout=60)
+    assert res.returncode == 2 and "ddrl: error: --episodes 0" in res.stderr, res.stderr
+
+
 def test_bench_target_runs_each_seed_to_the_target_and_resumes(tmp_path):
     out = tmp_path / "tts"
     args = ("bench", "target", JOBS / "cartpole.toml", "--out", out, "--seeds", "2",

@@ -45,6 +45,10 @@ def test_cartpole_learns(mode, algo, run_dir):
         assert best.returncode == 0, best.stderr
         assert "best.npz" in best.stdout, best.stdout
         assert float(re.search(r"mean (\d+\.\d+)", best.stdout).group(1)) >= 200, best.stdout
+        # A pole kept up for hundreds of steps is pushed both ways.
+        shares = dict(re.findall(r"(\d) (\d+\.\d)%", best.stdout.split("actions: ")[1]))
+        assert set(shares) == {"0", "1"}, best.stdout
+        assert abs(sum(map(float, shares.values())) - 100) < 0.2, best.stdout
 
 
 def test_first_logged_game_includes_the_random_start():

@@ -26,6 +26,8 @@ KINDS = {
                                     "frames and minutes to it per seed and median"),
     "replay": ("ddrl.bench.replay", "prioritized against uniform replay: time per minibatch, "
                                     "per stored step, memory"),
+    "policies": ("ddrl.bench.policies", "the scores to beat: random play and each action held, "
+                                        "under the job's evaluation protocol"),
 }
 
 

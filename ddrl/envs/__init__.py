@@ -7,7 +7,8 @@ from ddrl.config import Config
 from ddrl.envs.pool import SimPool, Step
 from ddrl.errors import DdrlError
 
-__all__ = ["SimPool", "Step", "check_env_id", "env_spec", "frames_per_step", "make_pool"]
+__all__ = ["SimPool", "Step", "action_names", "check_env_id", "env_spec", "frames_per_step",
+           "make_pool"]
 
 
 def check_env_id(env_id: str) -> None:
@@ -56,3 +57,18 @@ def env_spec(cfg: Config) -> tuple[tuple[int, ...], np.dtype, int]:
 def frames_per_step(cfg: Config) -> int:
     """Emulator frames per agent step, as the pools count them."""
     return cfg.env.frame_skip if cfg.is_atari else 1
+
+
+def action_names(cfg: Config, n_actions: int) -> list[str]:
+    """ALE's names of a game's actions (NOOP, FIRE, ...); numbers for other environments."""
+    if not cfg.is_atari:
+        return [str(a) for a in range(n_actions)]
+    import ale_py
+    import gymnasium as gym
+
+    gym.register_envs(ale_py)
+    env = gym.make(cfg.env.id)
+    try:
+        return list(env.unwrapped.get_action_meanings())
+    finally:
+        env.close()

@@ -7,13 +7,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 import numpy as np
 
 from ddrl.config import Config
-from ddrl.envs import make_pool
+from ddrl.envs import Step, make_pool
 from ddrl.errors import DdrlError
 from ddrl.learner import RecurrentState
 from ddrl.output import say
@@ -28,6 +29,16 @@ class EvalResult:
     std: float
     max: float
     episodes: int
+    # How often the policy took each action over the games (what a score does not show:
+    # a policy that holds one action).
+    actions: np.ndarray | None = None
+
+
+@dataclass
+class Played:
+    """Whole games' (return, length in agent steps), and the actions taken in them."""
+    games: list[tuple[float, int]]
+    actions: np.ndarray
 
 
 def eval_actions(cfg: Config, logits: np.ndarray, n_actions: int,
@@ -43,31 +54,50 @@ def eval_actions(cfg: Config, logits: np.ndarray, n_actions: int,
     return actions
 
 
-def evaluate(cfg: Config, learner, episodes: int, seed: int,
-             stop: threading.Event | None = None) -> EvalResult | None:
-    """Play `episodes` whole games; each simulator plays its share so long games count too.
-    None when `stop` is set before they are all played."""
-    n = min(episodes, MAX_EVAL_SIMS)
-    quota = np.array([len(part) for part in np.array_split(np.arange(episodes), n)])
-    pool = make_pool(cfg, n, seed, train=False)
+def play_games(cfg: Config, episodes: int, seed: int,
+               scores: Callable[[Step], np.ndarray],
+               stop: threading.Event | None = None) -> Played | None:
+    """Play `episodes` whole games under the evaluation protocol, `scores(step)` rating each
+    simulator's actions (logits or Q-values; `eval_actions` picks from them); each simulator
+    plays its share so long games count too. None when `stop` is set before they are all
+    played."""
+    quota = np.array([len(part) for part in np.array_split(np.arange(episodes),
+                                                          eval_simulators(episodes))])
+    pool = make_pool(cfg, len(quota), seed, train=False)
     rng = np.random.default_rng(seed)
-    state = RecurrentState(n, learner.recurrent)
-    returns: list[float] = []
+    played = Played([], np.zeros(pool.n_actions, np.int64))
     try:
         while quota.any():
             if stop is not None and stop.is_set():
                 return None
             step = pool.recv()
-            logits, _ = state.step(learner.predict, step.obs, step.done)
-            pool.send(eval_actions(cfg, logits, pool.n_actions, rng))
-            for env, ret, _ in step.episodes:
+            actions = eval_actions(cfg, scores(step), pool.n_actions, rng)
+            pool.send(actions)
+            for env, ret, length in step.episodes:
                 if quota[env] > 0:
                     quota[env] -= 1
-                    returns.append(ret)
+                    played.games.append((ret, length))
+            # Only moves in games that count, not those of a simulator past its share.
+            np.add.at(played.actions, actions[quota[step.env_ids] > 0], 1)
     finally:
         pool.close()
-    r = np.array(returns)
-    return EvalResult(float(r.mean()), float(r.std()), float(r.max()), len(r))
+    return played
+
+
+def eval_simulators(episodes: int) -> int:
+    return min(episodes, MAX_EVAL_SIMS)
+
+
+def evaluate(cfg: Config, learner, episodes: int, seed: int,
+             stop: threading.Event | None = None) -> EvalResult | None:
+    """The learner's policy over `episodes` whole games; None when `stop` is set first."""
+    state = RecurrentState(eval_simulators(episodes), learner.recurrent)
+    played = play_games(cfg, episodes, seed,
+                        lambda step: state.step(learner.predict, step.obs, step.done)[0], stop)
+    if played is None:
+        return None
+    r = np.array([ret for ret, _ in played.games])
+    return EvalResult(float(r.mean()), float(r.std()), float(r.max()), len(r), played.actions)
 
 
 @dataclass
