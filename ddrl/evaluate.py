@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{ckpt_path}: update {ckpt.update}, frames {ckpt.frames:,}: mean {res.mean:.2f} "
           f"+- {res.std:.2f}, max {res.max:.1f} over {res.episodes} episodes")
     share = res.actions / res.actions.sum()
-    names = action_names(cfg, len(share))
+    names = action_names(cfg)
     print("actions: " + ", ".join(f"{names[a]} {share[a]:.1%}" for a in np.argsort(-share)
                                   if share[a] > 0))
     return 0

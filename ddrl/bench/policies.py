@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ddrl.config import load_config
-    from ddrl.envs import action_names, check_env_id, env_spec, frames_per_step
+    from ddrl.envs import action_names, check_env_id, frames_per_step
     from ddrl.info import cpu_summary
     from ddrl.loop.evaluator import play_games
     from ddrl.seeding import SEED_LIMIT
@@ -34,8 +34,9 @@ def run(args: argparse.Namespace) -> int:
     episodes = cfg.eval.episodes if args.episodes is None else args.episodes
     if episodes < 1:
         raise DdrlError(f"--episodes {episodes}: at least 1 game per policy")
-    _, _, n_actions = env_spec(cfg)
-    names = action_names(cfg, n_actions)
+    names = action_names(cfg)
+    n_actions = len(names)
+    frame_skip = frames_per_step(cfg)
     env = cfg.env
     protocol = (f"up to {env.noop_max} no-ops at the start, sticky {env.sticky:g}, "
                 f"cap {env.max_episode_frames:,} frames, " if cfg.is_atari else "")
@@ -51,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
     for label, scores in policies:
         games = play_games(cfg, episodes, args.seed, scores).games
         ret = np.array([r for r, _ in games])
-        frames = np.mean([n for _, n in games]) * frames_per_step(cfg)
+        frames = np.mean([n for _, n in games]) * frame_skip
         print(f"{label:18s}{ret.mean():10.1f}{ret.std():9.1f}{ret.min():9.1f}{ret.max():9.1f}"
               f"{frames:15,.0f}", flush=True)
     return 0
-

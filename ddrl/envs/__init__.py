@@ -59,10 +59,10 @@ def frames_per_step(cfg: Config) -> int:
     return cfg.env.frame_skip if cfg.is_atari else 1
 
 
-def action_names(cfg: Config, n_actions: int) -> list[str]:
+def action_names(cfg: Config) -> list[str]:
     """ALE's names of a game's actions (NOOP, FIRE, ...); numbers for other environments."""
     if not cfg.is_atari:
-        return [str(a) for a in range(n_actions)]
+        return [str(a) for a in range(env_spec(cfg)[2])]
     import ale_py
     import gymnasium as gym
 
