@@ -3,7 +3,8 @@
 Per game, over its seeds: the median and range of the final and of the best greedy eval,
 their human-normalised scores (HNS), the median of the last 100 training games' mean, frames
 and minutes to the run's `eval.target` where it has one (median over the seeds that reached
-it), and the published scores beside them. The suite's line is the median over the games.
+it), the score of the best action held for a whole game and how many seeds' finals beat it,
+and the published scores beside them. The suite's line is the median over the games.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from matplotlib.figure import Figure
 
 from analysis.load import Run
 from analysis.plots import new_figure
-from analysis.scores import BASELINES, PUBLISHED, human_normalized
+from analysis.scores import BASELINES, HELD, PUBLISHED, human_normalized
 from analysis.summary import over_seeds, run_labels
 
 
@@ -25,11 +26,16 @@ def game_table(summary: pd.DataFrame) -> pd.DataFrame:
     for game, runs in summary.groupby("game", sort=True):
         stats = over_seeds(runs)
         published = PUBLISHED.get(game, {})
+        held = HELD.get(game, ("", math.nan))[1]
         rows.append({
             "game": game, **stats,
             "hns_final": np.median([human_normalized(v, game) for v in runs["last_eval"]]),
             "hns_best": np.median([human_normalized(v, game) for v in runs["best_eval"]]),
             "random": BASELINES.get(game, (math.nan,))[0],
+            # A final at or below it is no evidence that the seed learned the game.
+            "held": held,
+            "above_held": "-" if math.isnan(held)
+            else f"{int((runs['last_eval'] > held).sum())}/{len(runs)}",
             "paper": published.get("paper", math.nan),
             "ppo_40m": published.get("ppo_40m", math.nan),
         })
@@ -43,8 +49,8 @@ def game_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 def plot_games(runs: list[Run]) -> Figure:
     """A panel per game: each run's greedy eval against frames, labelled by what differs
-    among the game's runs (the seed, in a suite), with the random score and the published
-    ones as horizontal lines."""
+    among the game's runs (the seed, in a suite), with the random score, the best held
+    action's and the published ones as horizontal lines."""
     games = sorted({r.game for r in runs})
     cols = min(3, len(games))
     fig, axes = new_figure((len(games) + cols - 1) // cols, cols, width=4.5)
@@ -60,10 +66,12 @@ def plot_games(runs: list[Run]) -> Figure:
             if len(evals):
                 ax.plot(evals["frames"], evals["mean_return"], color=f"C{i % 10}", marker="o",
                         markersize=2, label=label)
+        action, held = HELD.get(game, ("", None))
         lines = {"random": BASELINES.get(game, (None,))[0],
+                 f"{action} held": held,
                  "paper, best": PUBLISHED.get(game, {}).get("paper"),
                  "PPO, 40M frames": PUBLISHED.get(game, {}).get("ppo_40m")}
-        for (label, score), style in zip(lines.items(), (":", "--", "-.")):
+        for (label, score), style in zip(lines.items(), (":", (0, (3, 1, 1, 1, 1, 1)), "--", "-.")):
             if score is not None:
                 ax.axhline(score, color="gray", ls=style, label=label)
         ax.set(title=game, xlabel="frames", ylabel="greedy eval")

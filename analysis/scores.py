@@ -31,6 +31,20 @@ PUBLISHED: dict[str, dict[str, float]] = {
     "BeamRider": {"paper": 14900.0, "ppo_40m": 1590.0},
 }
 
+# game -> (action, score): the best of the game's actions held for a whole game, what a policy
+# that learns nothing scores under ddrl's evaluation protocol (10 games, up to 30 no-op starts,
+# epsilon 0.01, the 108,000-frame cap; Pong's recipe greedy). It is above random play in
+# Beam Rider (1.8 times), Space Invaders and Seaquest: `ddrl bench policies`,
+# docs/results/six-games.md ("The scores to beat").
+HELD: dict[str, tuple[str, float]] = {
+    "Breakout": ("LEFT", 1.8),
+    "Boxing": ("UPFIRE", -23.0),
+    "Pong": ("NOOP", -21.0),
+    "Seaquest": ("DOWNRIGHTFIRE", 180.0),
+    "SpaceInvaders": ("RIGHTFIRE", 322.0),
+    "BeamRider": ("LEFTFIRE", 828.0),
+}
+
 
 def human_normalized(score: float, game: str) -> float:
     """(score - random) / (human - random); NaN for games without published baselines."""

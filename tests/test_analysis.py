@@ -172,6 +172,9 @@ def test_game_table_takes_medians_and_ranges_over_each_games_seeds():
     assert pong["frames_to_target"] == 7e6 and pong["minutes_to_target"] == pytest.approx(22.5)
     assert pong["hns_final"] == pytest.approx(human_normalized(18.0, "Pong"))
     assert (pong["paper"], pong["ppo_40m"]) == (20.0, 20.7)
+    # Against the best held action (Pong -21.0, Breakout LEFT 1.8): Breakout's 1.7 is below.
+    assert (pong["held"], pong["above_held"]) == (-21.0, "3/3")
+    assert (breakout["held"], breakout["above_held"]) == (1.8, "1/2")
     assert pong["online_last100"] == 15.0 and breakout["online_last100"] == 11.0
     # Breakout's two seeds: HNS 1.0 and 0.0, median 0.5; no target reached.
     assert breakout["hns_final"] == pytest.approx(0.5) and breakout["reached"] == "0/2"
@@ -180,6 +183,9 @@ def test_game_table_takes_medians_and_ranges_over_each_games_seeds():
         np.median([pong["hns_final"], 0.5]))
     summary.loc[summary["game"] == "Breakout", "target"] = math.nan
     assert game_table(summary).set_index("game").loc["Breakout", "reached"] == "-"
+    summary.loc[summary["game"] == "Breakout", "game"] = "Qbert"  # no held score measured
+    qbert = game_table(summary).set_index("game").loc["Qbert"]
+    assert math.isnan(qbert["held"]) and qbert["above_held"] == "-"
 
 
 def test_runs_of_several_games_get_a_table_and_a_grid_per_game(run_dirs, tmp_path):
