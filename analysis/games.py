@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from analysis.load import Run
 from analysis.plots import new_figure
-from analysis.scores import BASELINES, HELD, PUBLISHED, human_normalized
+from analysis.scores import HELD, human_normalized, reference_scores
 from analysis.summary import over_seeds, run_labels
 
 
@@ -25,19 +25,16 @@ def game_table(summary: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for game, runs in summary.groupby("game", sort=True):
         stats = over_seeds(runs)
-        published = PUBLISHED.get(game, {})
-        held = HELD.get(game, ("", math.nan))[1]
+        refs = reference_scores(game)
+        held = refs["held"]
         rows.append({
             "game": game, **stats,
             "hns_final": np.median([human_normalized(v, game) for v in runs["last_eval"]]),
             "hns_best": np.median([human_normalized(v, game) for v in runs["best_eval"]]),
-            "random": BASELINES.get(game, (math.nan,))[0],
+            **refs,
             # A final at or below it is no evidence that the seed learned the game.
-            "held": held,
             "above_held": "-" if math.isnan(held)
             else f"{int((runs['last_eval'] > held).sum())}/{len(runs)}",
-            "paper": published.get("paper", math.nan),
-            "ppo_40m": published.get("ppo_40m", math.nan),
         })
     table = pd.DataFrame(rows)
     if len(table):
@@ -66,14 +63,12 @@ def plot_games(runs: list[Run]) -> Figure:
             if len(evals):
                 ax.plot(evals["frames"], evals["mean_return"], color=f"C{i % 10}", marker="o",
                         markersize=2, label=label)
-        action, held = HELD.get(game, ("", None))
-        lines = {"random": BASELINES.get(game, (None,))[0],
-                 f"{action} held": held,
-                 "paper, best": PUBLISHED.get(game, {}).get("paper"),
-                 "PPO, 40M frames": PUBLISHED.get(game, {}).get("ppo_40m")}
-        for (label, score), style in zip(lines.items(), (":", (0, (3, 1, 1, 1, 1, 1)), "--", "-.")):
-            if score is not None:
-                ax.axhline(score, color="gray", ls=style, label=label)
+        line_names = {"random": "random", "held": f"{HELD.get(game, ('',))[0]} held",
+                      "paper": "paper, best", "ppo_40m": "PPO, 40M frames"}
+        for (key, score), style in zip(reference_scores(game).items(),
+                                       (":", (0, (3, 1, 1, 1, 1, 1)), "--", "-.")):
+            if not math.isnan(score):
+                ax.axhline(score, color="gray", ls=style, label=line_names[key])
         ax.set(title=game, xlabel="frames", ylabel="greedy eval")
         ax.legend(fontsize=7)
     for ax in axes[len(games):]:

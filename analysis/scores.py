@@ -46,6 +46,16 @@ HELD: dict[str, tuple[str, float]] = {
 }
 
 
+def reference_scores(game: str) -> dict[str, float]:
+    """The scores a game's results are read against (random play, the best held action, the
+    paper's, PPO's at 40M frames); NaN where none is known."""
+    published = PUBLISHED.get(game, {})
+    return {"random": BASELINES.get(game, (math.nan,))[0],
+            "held": HELD.get(game, ("", math.nan))[1],
+            "paper": published.get("paper", math.nan),
+            "ppo_40m": published.get("ppo_40m", math.nan)}
+
+
 def human_normalized(score: float, game: str) -> float:
     """(score - random) / (human - random); NaN for games without published baselines."""
     if game not in BASELINES:
