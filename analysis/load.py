@@ -70,10 +70,11 @@ class Run:
 
     @property
     def workers(self) -> int:
-        """Ranks that compute gradients: parameter-server ranks only serve weights."""
+        """Ranks that compute gradients, virtual ones included: parameter-server ranks only
+        serve weights."""
         if self.setting("sync.mode") == "ps":
             return self.world_size - int(self.setting("sync.ps", 0))
-        return self.world_size
+        return self.world_size * int(self.setting("sync.virtual_ranks", 1))
 
     @property
     def effective_batch(self) -> int:

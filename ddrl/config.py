@@ -100,6 +100,9 @@ class OptimConfig:
     lr_scaling: str = "none"
     # "linear" decays the learning rate to 0 at run.max_frames.
     lr_schedule: str = "constant"
+    # Warm-up (Goyal et al. 2017): the rate rises linearly from 0 to its (scaled) value over
+    # the first warmup_frames frames of the run, all ranks together; 0: none.
+    warmup_frames: int = 0
     # "rmsprop" is centered RMSProp (decay beta2, momentum 0, eps added under the root), as
     # Nature DQN trained.
     optimizer: str = "adam"
@@ -194,6 +197,10 @@ class SyncConfig:
     # seconds apart on a busy node (or minutes apart from a slow shared file system) are no
     # fault.
     startup_timeout: float = 60.0
+    # Rehearsal: each process carries this many ranks of a bigger job (their simulators and
+    # seeds, one model), and their gradients are combined as that job's all-reduce would
+    # combine them: N processes run a job of N x virtual_ranks ranks, slower, same mathematics.
+    virtual_ranks: int = 1
 
 
 @dataclass
@@ -334,6 +341,7 @@ _RANGES = {
     "algo.value_coef": (0.0, None, True),
     "sync.ps": (0, None, True), "sync.aggregate": (0.0, None, False),
     "sync.timeout": (0.0, None, False), "sync.startup_timeout": (0.0, None, False),
+    "sync.virtual_ranks": (1, 4096, True), "optim.warmup_frames": (0, 10**12, True),
     "eval.every": (1, None, True),
     "eval.episodes": (0, None, True), "eval.epsilon": (0.0, 1.0, True),
     "eval.cpu_share": (0.0, 1.0, False), "eval.nice": (0, 19, True),
@@ -500,6 +508,14 @@ def validate(cfg: Config) -> None:
     if cfg.optim.lr_schedule != "constant" and cfg.sync.mode == "ps":
         raise DdrlError("config key optim.lr_schedule: parameter servers keep a constant "
                         "learning rate; use sync.mode = 'allreduce'")
+    if cfg.optim.warmup_frames and cfg.sync.mode == "ps":
+        raise DdrlError("config key optim.warmup_frames: parameter servers keep a constant "
+                        "learning rate; use sync.mode = 'allreduce'")
+    if cfg.sync.virtual_ranks > 1 and cfg.sync.mode != "allreduce":
+        # k-of-n and central inference depend on when each rank's message arrives, which a
+        # process that computes its ranks one after another cannot rehearse.
+        raise DdrlError(f"config key sync.virtual_ranks: {cfg.sync.virtual_ranks} virtual ranks "
+                        f"need sync.mode = 'allreduce' (not {cfg.sync.mode!r})")
     if cfg.sync.mode == "ps" and cfg.sync.ps < 1:
         raise DdrlError("config key sync.ps: sync.mode = 'ps' needs at least 1 parameter server")
     _validate_dqn(cfg)

@@ -137,6 +137,8 @@ DOCS = {
     "optim.max_grad_norm": "clipping by the global norm of each rank's gradient (0: off; PPO's "
                            "usual 0.5)",
     "optim.lr_scaling": "`none`, `sqrt` or `linear` in the number of workers",
+    "optim.warmup_frames": "the learning rate rises linearly from 0 over this many frames (all "
+                           "ranks together) at the run's start; 0: no warm-up",
     "optim.lr_schedule": "`constant`, or `linear`: decays to 0 at `run.max_frames` (all-reduce "
                          "mode)",
     "sync.backend": "`mpi` (mpi4py Allreduce), `horovod`, or `none` (one rank)",
@@ -148,6 +150,9 @@ DOCS = {
     "sync.async": "ps mode: apply every gradient as it arrives",
     "sync.timeout": "seconds a rank waits for the others before it takes them as frozen or "
                     "lost: all-reduce mode ends the job (exit 4), ps mode leaves the worker out",
+    "sync.virtual_ranks": "rehearsal: ranks of the job each process carries (their simulators "
+                          "and seeds, one model, gradients combined as the job's all-reduce "
+                          "would): `mpirun -n N` runs a job of N x this many ranks",
     "sync.startup_timeout": "seconds the start-up's collectives wait at least (the larger of "
                             "this and `sync.timeout`): ranks reach them as their imports end",
     "central.groups": "groups of `node.n_sim` simulators per actor rank, each with one step in "

@@ -135,11 +135,13 @@ class Learner:
         same = flat_grad is self._grad_view
         self._apply(self._grad if same else tf.constant(flat_grad, tf.float32))
 
-    def schedule(self, progress: float) -> None:
-        """Sets the learning rate for the fraction `progress` of the run's frames done."""
-        if self.cfg.optim.lr_schedule == "constant":
+    def schedule(self, frames: int) -> None:
+        """Sets the learning rate for the next update, `frames` of the run's done."""
+        o = self.cfg.optim
+        if o.lr_schedule == "constant" and not o.warmup_frames:
             return
-        self.optimizer.learning_rate.assign(scheduled_lr(self.cfg.optim, self._base_lr, progress))
+        self.optimizer.learning_rate.assign(scheduled_lr(
+            o, self._base_lr, frames / self.cfg.run.max_frames, frames))
 
     @property
     def lr(self) -> float:

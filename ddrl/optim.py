@@ -18,8 +18,11 @@ def scaled_lr(cfg: OptimConfig, workers: int) -> float:
     return cfg.lr * factor
 
 
-def scheduled_lr(cfg: OptimConfig, base: float, progress: float) -> float:
-    """`linear` anneals to 0 at the end of the run (PPO's usual schedule)."""
+def scheduled_lr(cfg: OptimConfig, base: float, progress: float, frames: int) -> float:
+    """`linear` anneals to 0 at the end of the run (PPO's usual schedule), after the warm-up
+    over the first `warmup_frames`, which large global batches need (Goyal et al. 2017)."""
+    if cfg.warmup_frames:
+        base *= min(frames / cfg.warmup_frames, 1.0)
     if cfg.lr_schedule == "linear":
         return base * max(1.0 - progress, 0.0)
     return base

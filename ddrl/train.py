@@ -126,11 +126,11 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
     configure_tensorflow(cores, deterministic)
     import tensorflow as tf
 
-    from ddrl.acting import actors_class
+    from ddrl.acting import make_actors
     from ddrl.distributed.backends import make_sync, trainer_ranks
     from ddrl.distributed.ps import is_server
     from ddrl.envs import env_spec, frames_per_step
-    from ddrl.info import versions
+    from ddrl.info import cpu_summary, versions
     from ddrl.learner import Learner
     from ddrl.log import RunLog
     from ddrl.loop.bookkeeping import Counters
@@ -178,7 +178,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
         precision = compute_precision(cfg.model)
         attrs = {"config": cfg.to_json(), "world_size": world.size, "nodes": world.hosts,
                  "versions": json.dumps(versions()), "sync_backend": sync.name,
-                 "precision": precision}
+                 "precision": precision, "cpu": cpu_summary(), "cores": cores * world.size}
         if ckpt is None:
             attrs["start_time"] = datetime.datetime.now().astimezone().isoformat()
             log = RunLog.create(run_dir / "log.h5", attrs)
@@ -203,7 +203,10 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
                               "damaged_log": int(log.damaged is not None)})
         if cfg.eval.episodes:
             evaluator = BackgroundEvaluator(cfg, spec, cores, deterministic, world.node_cpus)
-        say(f"[ddrl] {cfg.env.id} {cfg.node.mode} x {world.size} rank(s) on {world.hosts} "
+        k = cfg.sync.virtual_ranks
+        ranks = f"{world.size} rank(s)" if k == 1 else \
+            f"{world.size * k} ranks ({world.size} process(es) x {k} virtual)"
+        say(f"[ddrl] {cfg.env.id} {cfg.node.mode} x {ranks} on {world.hosts} "
             f"host(s), {learner.num_params:,} parameters in {precision}, sync {sync.name}, "
             f"run directory {run_dir}" + (f" (resumed at update {counters.update})"
                                           if ckpt else ""))
@@ -212,7 +215,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
 
         actors = central_actors(cfg, learner, counters.restarts, pool)
     else:
-        actors = actors_class(cfg)(cfg, learner, world.rank, counters.restarts)
+        actors = make_actors(cfg, learner, world.rank, counters.restarts)
     actors.check_memory(world.local_size)
     actors.update = counters.update
     if ckpt is not None:

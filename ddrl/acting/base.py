@@ -83,6 +83,15 @@ class Actors:
     def next_batch(self) -> Batch | None:
         raise NotImplementedError
 
+    def learned(self, per_sample: np.ndarray | None) -> None:
+        """After the gradient of the last batch: the loss's figure per data point, where the
+        algorithm has one (prioritized replay's TD errors)."""
+
+    def ranks(self) -> list["Actors"]:
+        """The ranks of the job whose batches this process computes gradients on, each a
+        contributor to the all-reduce: itself, or its virtual ranks (acting/virtual.py)."""
+        return [self]
+
     def pop_rows(self, updates: int) -> dict[str, list[dict[str, float]]]:
         """Telemetry of the actors' own for the run log: table -> rows, per update over the
         `updates` since the last call (central mode: a `/ranks` row per actor rank)."""

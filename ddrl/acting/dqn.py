@@ -209,8 +209,10 @@ class DQNActors(Actors):
             self.memory = PrioritizedReplay(*shape, a.n_step, a.priority_alpha, a.priority_beta)
         else:
             self.memory = ReplayMemory(*shape)
-        # Where the last minibatch came from: its priorities follow its gradient.
+        # Where the last minibatch came from, and its per-sample errors once learned on: its
+        # priorities follow its gradient.
         self._sampled: np.ndarray | None = None
+        self._errors: np.ndarray | None = None
         self._restored = False
         if rank == 0:
             # np.zeros reserves the pages; they are touched (and resident) as the memory fills.
@@ -339,14 +341,17 @@ class DQNActors(Actors):
     def next_batch(self) -> Batch:
         if self.cfg.dqn.prioritized:
             # Before anything enters the memory: the sampled slots still hold what was sampled.
-            if self._sampled is not None and self.learner.per_sample is not None:
-                self.memory.update(self._sampled, self.learner.per_sample)
+            if self._sampled is not None and self._errors is not None:
+                self.memory.update(self._sampled, self._errors)
             self.memory.anneal(self.progress)
         if self.cfg.dqn.concurrent:
             self._concurrent_period()
         else:
             self._standard_steps()
         return self._minibatch()
+
+    def learned(self, per_sample: np.ndarray | None) -> None:
+        self._errors = per_sample
 
     def _standard_steps(self) -> None:
         a = self.cfg.dqn

@@ -16,6 +16,8 @@ KINDS = {
     "offpolicy": ("ddrl.bench.offpolicy", "a2c vs V-trace on the ba3c node under heavy policy lag"),
     "scaling": ("ddrl.bench.scaling", "a model of sync cost vs nodes, checked on simulated "
                                       "hosts, predicted to 64 nodes"),
+    "project": ("ddrl.bench.project", "minutes to the target on 1-256 nodes, from measured "
+                                      "frames-to-score, frames/s per core and the sync model"),
     "central": ("ddrl.bench.central", "central inference against per-rank inference on "
                                       "simulated hosts: frames/s, bytes per frame, batches"),
     "dqn": ("ddrl.bench.dqn", "the concurrent-DQN paper's speed test: standard, concurrent, "

@@ -23,8 +23,8 @@ class MpiAllreduceSync(LocalSync):
 
     name = "mpi"
 
-    def __init__(self, world: World, timeout: float):
-        super().__init__(world)
+    def __init__(self, world: World, timeout: float, virtual: int = 1):
+        super().__init__(world, virtual)
         self._buf: np.ndarray | None = None
         self._calls = 0
         # A rank that never joins (frozen, or its node lost without the launcher noticing)
@@ -52,8 +52,8 @@ class MpiAllreduceSync(LocalSync):
         with self._watchdog:
             self.allreduce_sum(self._buf)
         seconds = time.perf_counter() - start
-        return mean_gradient(self._buf[:n] / self.world.size, self._buf[n:].copy(),
-                             self.world.size, seconds)
+        return mean_gradient(self._buf[:n] / self.contributors, self._buf[n:].copy(),
+                             self.contributors, seconds)
 
 
 class HorovodSync(MpiAllreduceSync):
@@ -61,8 +61,8 @@ class HorovodSync(MpiAllreduceSync):
 
     name = "horovod"
 
-    def __init__(self, world: World, timeout: float):
-        super().__init__(world, timeout)
+    def __init__(self, world: World, timeout: float, virtual: int = 1):
+        super().__init__(world, timeout, virtual)
         try:
             import horovod.tensorflow as hvd
         except ImportError as exc:

@@ -32,10 +32,13 @@ def check_world(cfg: Config, world_size: int) -> None:
 
 
 def trainer_ranks(cfg: Config, world_size: int) -> int:
-    """The ranks that compute gradients (the learning rate scales with them)."""
+    """The ranks that compute gradients, virtual ones included (the learning rate scales
+    with them)."""
     if cfg.sync.mode == "central":
         return 1
-    return Layout.of(cfg.sync.ps, world_size).workers if cfg.sync.mode == "ps" else world_size
+    if cfg.sync.mode == "ps":
+        return Layout.of(cfg.sync.ps, world_size).workers
+    return world_size * cfg.sync.virtual_ranks
 
 
 def make_sync(cfg: Config, world: World, num_params: int) -> Sync:
@@ -45,8 +48,10 @@ def make_sync(cfg: Config, world: World, num_params: int) -> Sync:
         from ddrl.distributed.ps_worker import PsSync
 
         return PsSync(cfg, world, num_params)
+    virtual = cfg.sync.virtual_ranks
     if world.size == 1:
-        return LocalSync(world)
+        return LocalSync(world, virtual)
     from ddrl.distributed.allreduce import HorovodSync, MpiAllreduceSync
 
-    return {"mpi": MpiAllreduceSync, "horovod": HorovodSync}[cfg.sync.backend](world, cfg.sync.timeout)
+    backend = {"mpi": MpiAllreduceSync, "horovod": HorovodSync}[cfg.sync.backend]
+    return backend(world, cfg.sync.timeout, virtual)

@@ -86,6 +86,30 @@ class Sync(Protocol):
     def close(self) -> None: ...
 
 
+class TreeSum:
+    """The sum of a process's virtual ranks' gradients, added in pairs as a tree: the order
+    of a recursive-doubling all-reduce (Open MPI's for small gradients), so that k virtual
+    ranks and k real ones round alike; O(log k) buffers. The first gradient is kept as given
+    (one rank's array then reaches `Learner.apply` as its own)."""
+
+    def __init__(self) -> None:
+        self._stack: list[tuple[int, np.ndarray]] = []  # (tree level, partial sum)
+
+    def add(self, grad: np.ndarray) -> None:
+        level = 0
+        while self._stack and self._stack[-1][0] == level:
+            _, left = self._stack.pop()
+            grad = left + grad
+            level += 1
+        self._stack.append((level, grad))
+
+    def total(self) -> np.ndarray:
+        total = self._stack.pop()[1]
+        while self._stack:  # k not a power of two: the smaller subtrees join from the right
+            total = self._stack.pop()[1] + total
+        return total
+
+
 def bcast(comm, array: np.ndarray) -> np.ndarray:
     array = np.array(array, order="C")
     comm.Bcast(array, root=0)
@@ -93,18 +117,23 @@ def bcast(comm, array: np.ndarray) -> np.ndarray:
 
 
 class LocalSync:
-    """One rank: the gradient is the update."""
+    """One rank: the gradient is the update. A process that carries `virtual` ranks of a
+    bigger job hands in their gradients' sum, and every all-reduce divides by the ranks of
+    the job (`contributors`), as that job's own all-reduce would."""
 
     name = "none"
 
-    def __init__(self, world: World):
+    def __init__(self, world: World, virtual: int = 1):
         self.world = world
+        self.contributors = world.size * virtual
 
     def broadcast(self, array: np.ndarray) -> np.ndarray:
         return array
 
     def update(self, grad: np.ndarray, extras: np.ndarray) -> SyncResult:
-        return mean_gradient(grad, extras, 1, 0.0)
+        # One contributor: the very array (see Learner.apply), not a copy divided by 1.
+        mean = grad if self.contributors == 1 else grad / self.contributors
+        return mean_gradient(mean, extras, self.contributors, 0.0)
 
     def pull_state(self) -> Update:
         return Update()

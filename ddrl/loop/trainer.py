@@ -19,7 +19,7 @@ from ddrl import checkpoint
 from ddrl.acting.base import Actors
 from ddrl.algos.batch import Batch
 from ddrl.config import Config
-from ddrl.distributed.sync import Sync, SyncResult, Update
+from ddrl.distributed.sync import Sync, SyncResult, TreeSum, Update
 from ddrl.distributed.world import World
 from ddrl.learner import Learner
 from ddrl.log import RunLog
@@ -74,6 +74,7 @@ class Trainer:
         self._t_origin = time.perf_counter() - counters.wall_time
         self._last_sync = 0.0
         self._nonfinite_streak = 0
+        learner.schedule(counters.frames)  # the first update's rate (a warm-up's, a resume's)
         self._target_reached = False
         self._eval_mark = counters.update  # the update of the last evaluation started
         self._skipped: list[Snapshot] = []  # due while the evaluator played, since its start
@@ -123,16 +124,25 @@ class Trainer:
     def _compute(self) -> tuple[Batch, np.ndarray, dict[str, float], Step]:
         """The next batch and this rank's gradient on it."""
         t0 = time.perf_counter()
-        batch = self.actors.next_batch()
-        t1 = time.perf_counter()
-        grad, stats = self.learner.gradients(batch)
-        t_train = time.perf_counter() - t1
+        t_train, total, points = 0.0, TreeSum(), 0
+        ranks = self.actors.ranks()
+        for i, rank in enumerate(ranks):  # more than one: virtual ranks (acting/virtual.py)
+            part = rank.next_batch()
+            t1 = time.perf_counter()
+            grad, part_stats = self.learner.gradients(part)
+            t_train += time.perf_counter() - t1
+            rank.learned(self.learner.per_sample)
+            points += len(part)
+            if i == 0:  # the first rank's batch and figures are logged, as rank 0's are
+                batch, stats = part, part_stats
+            # The learner's array is its own until the next call: a copy where one follows.
+            total.add(grad if len(ranks) == 1 else grad.copy())
         self._faults.after_gradients(self.counters.update, time.perf_counter() - t0)
         frames, t_sim, t_predict = self._tally.take()
-        step = Step(len(batch), frames, t_train, t_sim, t_predict,
+        step = Step(points, frames, t_train, t_sim, t_predict,
                     time.perf_counter() - t0 + self._last_sync, self._last_sync,
                     resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-        return batch, grad, stats, step
+        return batch, total.total(), stats, step
 
     def _side_channel(self, signalled: bool, step: Step) -> np.ndarray:
         extras = self._side.pack(signalled=float(signalled), frames=step.frames)
@@ -170,9 +180,10 @@ class Trainer:
         side = self._side.unpack(res.extras)
         c.frames += int(round(side["frames"]))
         self.actors.progress = c.frames / self.cfg.run.max_frames
-        self.learner.schedule(self.actors.progress)
+        self.learner.schedule(c.frames)
         c.wall_time = time.perf_counter() - self._t_origin
-        self._window.add(step, res.contributors, res.seconds, res.finite)
+        # A process's step holds its virtual ranks' batches, each counted among the contributors.
+        self._window.add(step, res.contributors / len(self.actors.ranks()), res.seconds, res.finite)
         return side
 
     def _root_duties(self, batch: Batch, stats: dict[str, float], step: Step, res: SyncResult,

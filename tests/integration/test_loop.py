@@ -34,6 +34,7 @@ class FakeLearner:
     """Plain SGD on a vector; `gradients` hands out what `grads(update)` says."""
 
     recurrent = 0
+    per_sample = None
 
     def __init__(self, grads=lambda update: np.ones(PARAMS, np.float32)):
         self.weights = np.zeros(PARAMS, np.float32)
@@ -52,7 +53,7 @@ class FakeLearner:
         self.weights = self.weights - self.lr * grad
         self.applied += 1
 
-    def schedule(self, progress: float) -> None:
+    def schedule(self, frames: int) -> None:
         pass
 
     def predict(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -91,6 +92,12 @@ class FakeActors:
         self.frames += FRAMES_PER_BATCH
         return Batch(np.zeros((BATCH, 1), np.float32), np.zeros(BATCH, np.int64),
                      np.full(BATCH, self.update))
+
+    def learned(self, per_sample) -> None:
+        pass
+
+    def ranks(self) -> list["FakeActors"]:
+        return [self]
 
     def pop_episodes(self) -> list[tuple[float, int]]:
         return [(float(self.batches), 10)] if self.batches % 2 == 0 else []

@@ -72,6 +72,18 @@ def test_dqn_refuses_what_cannot_work(override, message):
         load_config(JOBS / "pong-dqn.toml", [override, "sync.ps=1"])
 
 
+@pytest.mark.parametrize("mode", ["sync.mode=ps", "sync.mode=central"])
+def test_virtual_ranks_need_an_allreduce(mode):
+    with pytest.raises(DdrlError, match=re.escape("config key sync.virtual_ranks: 4 virtual ranks "
+                                                  "need sync.mode = 'allreduce'")):
+        load_config(JOBS / "pong-ppo.toml", ["sync.virtual_ranks=4", mode, "sync.ps=1"])
+
+
+def test_ps_mode_refuses_a_warm_up():
+    with pytest.raises(DdrlError, match="optim.warmup_frames"):
+        load_config(JOBS / "pong-ppo.toml", ["optim.warmup_frames=1000", "sync.mode=ps", "sync.ps=1"])
+
+
 def test_ps_mode_refuses_a_learning_rate_schedule():
     with pytest.raises(DdrlError, match="optim.lr_schedule"):
         load_config(JOBS / "pong-ppo.toml", ["optim.lr_schedule=linear", "sync.mode=ps", "sync.ps=1"])

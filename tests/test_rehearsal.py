@@ -1,0 +1,76 @@
+"""Rehearsal (`sync.virtual_ranks`): k virtual ranks in one process end with the weights k
+real ranks under mpirun end with, for each algorithm family, since their simulators, seeds
+and gradient sums are the real ranks'."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import JOBS, NO_EVAL, ddrl, table
+from test_multirank import final_weights
+
+# Deterministic nodes, one TensorFlow thread per process (a rank's threads decide how its
+# convolutions and matmuls round), a few dozen updates.
+COMMON = (*NO_EVAL, "--set", "run.max_frames=4000", "--set", "node.threads=1",
+          "--set", "run.log_every=1", "--set", "run.tensorboard=false")
+FAMILIES = {
+    "a2c": (JOBS / "cartpole.toml", "node.mode=a2c"),
+    "ppo": (JOBS / "cartpole.toml", "node.mode=a2c", "algo.name=ppo", "optim.lr_scaling=sqrt"),
+    "vtrace": (JOBS / "cartpole.toml", "node.mode=a2c", "algo.name=vtrace"),
+    "dqn": (JOBS / "cartpole-dqn.toml", "dqn.prioritized=true", "dqn.double=true"),
+}
+
+
+def run(tmp_path, name: str, family: str, processes: int, virtual: int) -> tuple[str, np.ndarray]:
+    job, *sets = FAMILIES[family]
+    out = tmp_path / name
+    res = ddrl("train", job, "--out", out, *COMMON, *[a for s in sets for a in ("--set", s)],
+               "--set", f"sync.virtual_ranks={virtual}", ranks=processes if processes > 1 else 0,
+               timeout=240)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    digests = set(final_weights(res.stdout).values())
+    assert len(digests) == 1, res.stdout
+    return digests.pop(), table(out, "train")
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_two_virtual_ranks_end_with_the_weights_of_two_real_ones(family, tmp_path):
+    virtual, virtual_train = run(tmp_path, "virtual", family, 1, 2)
+    real, real_train = run(tmp_path, "real", family, 2, 1)
+    assert virtual == real
+    assert np.array_equal(virtual_train["loss"], real_train["loss"])
+    assert (virtual_train["contributors"] == 2).all()
+    assert np.array_equal(virtual_train["effective_batch"], real_train["effective_batch"])
+    assert np.array_equal(virtual_train["lr"], real_train["lr"])  # sqrt(2) x for PPO
+
+
+def test_four_ranks_as_four_virtual_two_by_two_and_four_real(tmp_path):
+    """The pairwise sum of four virtual ranks is the all-reduce's order on four real ones."""
+    one, _ = run(tmp_path, "1x4", "ppo", 1, 4)
+    two, train = run(tmp_path, "2x2", "ppo", 2, 2)
+    four, _ = run(tmp_path, "4x1", "ppo", 4, 1)
+    assert one == two == four
+    assert (train["contributors"] == 4).all()
+
+
+def test_the_projection_prints_its_inputs_and_refuses_past_the_largest_measured_batch(tmp_path):
+    quick = ("--set", "node.mode=a2c", "--set", "eval.every=20", "--set", "eval.target=60",
+             "--set", "run.max_frames=100000", "--set", "run.tensorboard=false")
+    for k in (1, 2):
+        res = ddrl("train", JOBS / "cartpole.toml", "--out", tmp_path / f"k{k}", *quick,
+                   "--set", f"sync.virtual_ranks={k}", timeout=240)
+        assert res.returncode == 0, res.stderr[-2000:]
+    res = ddrl("bench", "project", JOBS / "cartpole.toml", "--runs", tmp_path / "k1",
+               tmp_path / "k2", "--nodes", "1", "2", "4", "--cores-per-node", "1",
+               "--link", "1gbit", timeout=120)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "1 ranks: 1/1 reached" in out and "2 ranks: 1/1 reached" in out, out
+    assert "frames/s per core (AMD" in out or "frames/s per core (Intel" in out or \
+        "frames/s per core (" in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line[:5].strip().isdigit()}
+    assert rows["1"].endswith("measured") and rows["2"].endswith("measured"), out
+    assert "beyond the largest measured batch (2 ranks)" in rows["4"], out
+    extrapolated = ddrl("bench", "project", JOBS / "cartpole.toml", "--runs", tmp_path / "k1",
+                        tmp_path / "k2", "--nodes", "4", "--cores-per-node", "1",
+                        "--extrapolate", timeout=120)
+    assert "EXTRAPOLATED" in extrapolated.stdout, extrapolated.stdout
