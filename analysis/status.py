@@ -14,6 +14,7 @@ from analysis.scores import to_target
 from ddrl import checkpoint
 from ddrl.errors import DdrlError
 from ddrl.log import left_open
+from ddrl.rundir import held_by_a_run
 
 # frames/s over the last this many seconds of the run's /train rows.
 RECENT_SECONDS = 60.0
@@ -48,9 +49,10 @@ def running(run_dir: Path) -> bool:
             fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
-    except OSError:  # no lock file: a run from before locks, or never started
+    except OSError:  # no lock file (a run from before locks, or never started), no flock here
         pass
-    return False
+    # The lock file's heartbeat: where flock is unsupported or local to another node.
+    return bool(held_by_a_run(run_dir))
 
 
 def _fmt(value: float, spec: str) -> str:

@@ -55,3 +55,21 @@ def configure_tensorflow(cores: int, deterministic: bool) -> None:
     tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, cores)))
     if deterministic:
         tf.config.experimental.enable_op_determinism()
+
+
+def start_tensorflow(cfg, world) -> int:
+    """TensorFlow sized to this rank's cores (deterministic where the node mode allows it) and
+    seeded from run.seed, before any network is built; the cores."""
+    from ddrl.seeding import derive_seed
+
+    cores = cores_per_rank(cfg.node.threads, world.local_size)
+    configure_tensorflow(cores, deterministic_node(cfg))
+    import tensorflow as tf
+
+    tf.keras.utils.set_random_seed(derive_seed(cfg.run.seed, 0, "init"))
+    return cores
+
+
+def deterministic_node(cfg) -> bool:
+    """The node modes that run in a fixed order on one thread (a2c, dqn) reproduce a run."""
+    return cfg.node.mode in ("a2c", "dqn")

@@ -20,6 +20,12 @@ class EveryRankError(DdrlError):
     without MPI_Abort's banner."""
 
 
+class InUseError(DdrlError):
+    """A run directory held by another live run: not the user's mistake nor final (the other
+    run may be a requeued job's old step about to end), so it has an exit code of its own."""
+    exit_code = 6
+
+
 class HardExitError(DdrlError):
     """One after which the interpreter's normal exit would crash: HDF5, holding a log it
     could not write (a full disk), segfaults when it tries again at exit. Reported, then

@@ -2,18 +2,21 @@
 may use one."""
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
 import fcntl
 import os
 import socket
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import IO
 
 from ddrl import checkpoint
 from ddrl.config import Config, identity_changes
-from ddrl.errors import DdrlError
+from ddrl.errors import DdrlError, InUseError
 from ddrl.log import open_log
 from ddrl.output import say
 
@@ -84,15 +87,79 @@ def _logged_restarts(path: Path) -> int:
         return 0
 
 
-def hold(run_dir: Path) -> IO:
-    """An exclusive lock on the run directory for as long as the returned file stays open (the
-    process's life; the kernel drops it when the process dies, however it dies), so that two
-    runs on one directory (a job array with a wrong --out, a requeued job whose old step still
-    runs) cannot both write it. Taken before the directory is looked at, so that two runs
-    started together cannot both find it free. flock works across hosts on NFS v4; Lustre
-    needs `-o flock`."""
-    _check_writable(run_dir)
-    f = open(run_dir / ".lock", "a+")
+class Lock:
+    """A run directory held by this process: an flock on `.lock` where the filesystem has
+    one, and always a lock file `.lock.owner` made with O_EXCL, naming host and pid, whose
+    mtime a thread renews every HEARTBEAT_S. flock alone fails where it is unsupported (Lustre
+    without `-o flock`, NFS without lockd: ENOSYS) and locks nothing where it is node-local;
+    the lock file works on any filesystem that honours O_EXCL (NFS v3 and later, Lustre)."""
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / OWNER
+        self._flock: IO | None = None
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    def take(self) -> "Lock":
+        run_dir = self.path.parent
+        try:
+            self._flock = _flock(run_dir)
+        except OSError as exc:
+            if exc.errno not in _NO_FLOCK:
+                raise DdrlError(f"run directory {run_dir}: cannot lock it "
+                                f"({exc.strerror or exc})") from None
+            say(f"[ddrl] note: {run_dir} is on a filesystem without flock ({exc.strerror}): "
+                "its lock is the lock file alone", err=True)
+        try:
+            _exclusive_owner(self.path)
+        except InUseError:
+            self.close()
+            raise
+        self._beat = threading.Thread(target=self._heartbeat, name="ddrl-lock", daemon=True)
+        self._beat.start()
+        return self
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                os.utime(self.path)
+            except OSError:  # a filesystem that passes; the next beat tries again
+                pass
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join()
+            with contextlib.suppress(OSError):
+                if _owner_text(self.path) == _me():
+                    self.path.unlink()
+        if self._flock is not None:
+            self._flock.close()
+            self._flock = None
+
+
+# flock unsupported: ENOSYS (Lustre without -o flock), ENOLCK (NFS without lockd), EOPNOTSUPP.
+_NO_FLOCK = {errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL}
+OWNER = ".lock.owner"
+HEARTBEAT_S = 5.0
+# A lock file unrenewed this long belongs to a run that is gone (killed with its node).
+STALE_S = 30.0
+
+
+def _me() -> str:
+    return f"pid {os.getpid()} on {socket.gethostname()}"
+
+
+def _owner_text(path: Path) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd) as f:
+        return f.read().strip()
+
+
+def _flock(run_dir: Path) -> IO:
+    # O_NOFOLLOW: a symlink planted as .lock must not make the run write through it.
+    fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    f = os.fdopen(fd, "a+")
     # A few tries: `ddrl status` takes a shared lock for an instant to see if a run holds it.
     for _ in range(LOCK_TRIES):
         try:
@@ -100,14 +167,84 @@ def hold(run_dir: Path) -> IO:
             break
         except BlockingIOError:
             time.sleep(0.1)
+        except OSError:
+            f.close()
+            raise
     else:
         f.seek(0)
         owner = f.read().strip() or "another process"
         f.close()
-        raise DdrlError(f"run directory {run_dir} is in use by another run ({owner}): wait for "
-                        "it to end, or choose another --out") from None
+        raise InUseError(f"run directory {run_dir} is in use by another run ({owner}): wait "
+                         "for it to end, or choose another --out")
     f.seek(0)
     f.truncate()
-    f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    f.write(_me() + "\n")
     f.flush()
     return f
+
+
+def _exclusive_owner(path: Path) -> None:
+    """Creates the lock file, or takes it over from a run that is gone: on this host a pid
+    that no longer exists, anywhere a heartbeat older than STALE_S."""
+    for _ in range(LOCK_TRIES):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        except FileExistsError:
+            if _gone(path):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                continue
+            try:
+                owner = _owner_text(path) or "another process"
+            except OSError:
+                owner = "another process"
+            raise InUseError(f"run directory {path.parent} is in use by another run ({owner}, "
+                             f"its lock file renewed within {STALE_S:g} s): wait for it to "
+                             "end, or choose another --out") from None
+        with os.fdopen(fd, "w") as f:
+            f.write(_me() + "\n")
+        return
+    raise InUseError(f"run directory {path.parent}: its lock file keeps coming back")
+
+
+def _gone(path: Path) -> bool:
+    try:
+        age = time.time() - path.stat().st_mtime
+        words = _owner_text(path).split()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    if age > STALE_S:
+        return True
+    if len(words) == 4 and words[0] == "pid" and words[3] == socket.gethostname():
+        try:
+            os.kill(int(words[1]), 0)
+        except ProcessLookupError:
+            return True
+        except (PermissionError, ValueError):
+            return False
+    return False
+
+
+def held_by_a_run(run_dir: Path) -> bool | None:
+    """Whether a live run holds the directory: True, False, or None where it cannot be told
+    (a lock file unreadable here)."""
+    path = run_dir / OWNER
+    if not path.exists():
+        return False
+    try:
+        return not _gone(path)
+    except OSError:
+        return None
+
+
+def hold(run_dir: Path) -> Lock:
+    """An exclusive hold on the run directory for as long as this process keeps it (its
+    life), so that two runs on one directory (a job array with a wrong --out, a requeued job
+    whose old step still runs) cannot both write it. Taken before the directory is looked at,
+    so that two runs started together cannot both find it free. The flock is dropped by the
+    kernel however the process dies; the lock file by its owner, or once its heartbeat stops
+    (STALE_S) or its pid is gone."""
+    _check_writable(run_dir)
+    return Lock(run_dir).take()

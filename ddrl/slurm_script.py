@@ -20,7 +20,8 @@ from ddrl import checkpoint
 from ddrl.config import load_config
 from ddrl.envs import check_env_id
 from ddrl.errors import DdrlError
-from ddrl.rundir import default_run_dir
+from ddrl.placement import placement_of
+from ddrl.rundir import default_run_dir, hold
 
 TEMPLATES = Path(__file__).resolve().parent / "slurm"
 LAUNCH_BLOCK = re.compile(r"^# >>> ddrl launch.*?^# <<< ddrl launch\n", re.M | re.S)
@@ -81,8 +82,14 @@ def sweep_lines(path: str | Path) -> list[list[str]]:
     path = Path(path)
     if not path.is_file():
         raise DdrlError(f"sweep file not found: {path}")
-    runs = [shlex.split(line, comments=True) for line in path.read_text().splitlines()]
-    runs = [words for words in runs if words]
+    runs = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError as exc:  # an unbalanced quote
+            raise DdrlError(f"sweep file {path}, line {number}: {exc} ({line.strip()!r})") from None
+        if words:
+            runs.append(words)
     if not runs:
         raise DdrlError(f"sweep file {path} has no runs")
     return runs
@@ -117,10 +124,17 @@ def _set_aside_log_without_checkpoint(run_dir: Path) -> None:
     log = run_dir / "log.h5"
     if not log.exists():
         return
-    n = 1
-    while (kept := run_dir / f"log.before-restart-{n}.h5").exists():
-        n += 1
-    log.rename(kept)
+    # Only under the run directory's lock: a live run (another job on a wrong --out, the old
+    # step of a requeued job) has no checkpoint yet either, and renaming its log would leave
+    # it unresumable. Held, it raises InUseError: the directory is not touched.
+    held = hold(run_dir)
+    try:
+        n = 1
+        while (kept := run_dir / f"log.before-restart-{n}.h5").exists():
+            n += 1
+        log.rename(kept)
+    finally:
+        held.close()
     print(f"ddrl: {log} has no checkpoint to resume from (its run ended before the first "
           f"one): kept as {kept.name}; the run starts over", file=sys.stderr)
 
@@ -234,13 +248,14 @@ def _check_time(header: list[list[str | None]]) -> None:
                         f"before the limit (--signal={signal}), and may come a minute early")
 
 
-def _template_name(args: argparse.Namespace, central: bool) -> str:
-    if central:
+def _template_name(args: argparse.Namespace, own: str | None) -> str:
+    """The placement's `own` template (central mode's heterogeneous job), else the options'."""
+    if own:
         if args.gpus_per_node is not None or args.array is not None or args.sweep is not None:
             raise DdrlError("sync.mode = 'central' runs as a heterogeneous job: use "
                             "--learner-gpus for the learner's GPU; arrays and sweeps are "
                             "not supported for it")
-        return "central.sbatch"
+        return own
     if args.learner_cpus is not None or args.learner_gpus is not None:
         raise DdrlError("--learner-cpus and --learner-gpus are for sync.mode = 'central'")
     if args.gpus_per_node is not None:
@@ -248,16 +263,16 @@ def _template_name(args: argparse.Namespace, central: bool) -> str:
     return "array.sbatch" if args.array is not None or args.sweep is not None else "train.sbatch"
 
 
-def _validated_runs(args: argparse.Namespace) -> tuple[int | None, bool]:
+def _validated_runs(args: argparse.Namespace) -> tuple[int | None, str | None]:
     """Check the job file and overrides (each sweep line's); the number of sweep runs, and
-    whether the job runs in central mode."""
+    the template the job's placement needs whatever the options (central mode's)."""
     if args.sweep is None:
         cfg = load_config(args.job, args.set, check_env=check_env_id)
-        return None, cfg.sync.mode == "central"
+        return None, placement_of(cfg).slurm_template
     n_runs = len(sweep_lines(args.sweep))
     for task in range(n_runs):
         task_config(args.job, args.set, args.sweep, task)
-    return n_runs, False
+    return n_runs, None
 
 
 def _main_call(args: argparse.Namespace) -> str:
@@ -281,8 +296,9 @@ def render(args: argparse.Namespace) -> str:
     if not (TEMPLATES / "launch.sh").is_file():
         raise DdrlError(f"batch script templates not found in {TEMPLATES}: the ddrl install "
                         "is incomplete; reinstall it")
-    n_runs, central = _validated_runs(args)
-    template = (TEMPLATES / _template_name(args, central)).read_text()
+    n_runs, own = _validated_runs(args)
+    central = own is not None  # a heterogeneous job: the actors' sizes go in their component
+    template = (TEMPLATES / _template_name(args, own)).read_text()
     header = _header(template)
     opts = _options(args, Path(args.job).stem, n_runs)
     learner = {"--cpus-per-task": args.learner_cpus,

@@ -12,13 +12,16 @@ running run, which checkpoints before the sweep stops (exit 3).
 from __future__ import annotations
 
 import argparse
+import ctypes
+import shlex
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from ddrl.distributed.launch import mpirun_command
-from ddrl.errors import DdrlError
+from ddrl.errors import DdrlError, InUseError
+from ddrl.rundir import hold
 from ddrl.slurm_script import array_tasks, sweep_lines, task_config, train_args
 
 # Written into a run directory when its run ended on its own.
@@ -26,6 +29,11 @@ FINISHED = "sweep-finished"
 # `ddrl train`'s exit after a signal made it checkpoint (ddrl.loop.trainer, which brings
 # TensorFlow: not imported here).
 EXIT_SIGNALLED = 3
+EXIT_IN_USE = InUseError.exit_code
+# Each run's sweep line, kept in its directory: a changed sweep file must not resume a run
+# with another line's settings.
+LINE = "sweep-line"
+PR_SET_PDEATHSIG = 1
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,18 +62,44 @@ def run(args: argparse.Namespace) -> int:
             raise DdrlError(f"--array {args.array!r}: ddrl sweep runs one run at a time; "
                             "drop the %N limit")
         tasks = array_tasks(args.array, len(runs))
-    failed = []
+    # One sweep per --out: a second one (or a restarted one while the first still runs)
+    # would start a second training of each line on the same cores.
+    held = hold(Path(f"{args.out}.sweep"))
+    try:
+        return _run_tasks(args, launch, lines, runs, tasks)
+    finally:
+        held.close()
+
+
+def _run_tasks(args: argparse.Namespace, launch: list[str], lines: list[list[str]],
+               runs: list[tuple[str, list[str]]], tasks) -> int:
+    failed, busy = [], []
     for task in tasks:
         job, sets = runs[task]
         run_dir = Path(f"{args.out}_{task}")
+        text = shlex.join([*lines[task], *[f"--set={s}" for s in args.set]])
         name = f"run {task} of {len(runs)} ({' '.join(lines[task])})"
+        if not _same_line(run_dir, text):
+            failed.append(task)
+            print(f"ddrl sweep: {name}: {run_dir} holds the run of another line "
+                  f"({(run_dir / LINE).read_text().strip()!r}): the sweep file changed; "
+                  "not resumed", flush=True)
+            continue
         if (run_dir / FINISHED).exists():
             print(f"ddrl sweep: {name}: finished already, in {run_dir}", flush=True)
             continue
         print(f"ddrl sweep: {name}", flush=True)
-        cmd = [*launch, sys.executable, "-m", "ddrl", "train", *train_args(job, sets, run_dir)]
-        code, asked = _run_forwarding_signals(cmd)
-        if code == 0:
+        try:
+            cmd = [*launch, sys.executable, "-m", "ddrl", "train",
+                   *train_args(job, sets, run_dir)]
+        except InUseError:  # setting aside a log without a checkpoint needs the lock
+            cmd = None
+        code, asked = _run_forwarding_signals(cmd) if cmd else (EXIT_IN_USE, False)
+        if code == EXIT_IN_USE:
+            busy.append(task)
+            print(f"ddrl sweep: run {task} is in use by another run (not failed); going on "
+                  "with the next", flush=True)
+        elif code == 0:
             (run_dir / FINISHED).touch()
         elif code < 0 or code == EXIT_SIGNALLED or asked:
             # `asked`: a signal that reached a rank as its run was ending (after its last
@@ -77,10 +111,23 @@ def run(args: argparse.Namespace) -> int:
             failed.append(task)
             print(f"ddrl sweep: run {task} failed (exit {code}); going on with the next",
                   flush=True)
+    if busy and not failed:
+        raise InUseError(f"runs {', '.join(map(str, busy))} of {args.sweep} are in use by "
+                         "other runs; the same command takes them up once those end")
     if failed:
         raise DdrlError(f"runs {', '.join(map(str, failed))} of {args.sweep} failed; the same "
                         "command tries them again (finished runs are skipped)")
     return 0
+
+
+def _same_line(run_dir: Path, text: str) -> bool:
+    """Whether the run in `run_dir` (if any) is this line's: its text is kept with the run."""
+    kept = run_dir / LINE
+    if kept.is_file():
+        return kept.read_text().strip() == text
+    run_dir.mkdir(parents=True, exist_ok=True)
+    kept.write_text(text + "\n")
+    return True
 
 
 def _run_forwarding_signals(cmd: list[str]) -> tuple[int, bool]:
@@ -88,16 +135,24 @@ def _run_forwarding_signals(cmd: list[str]) -> tuple[int, bool]:
     process become a SIGUSR1 to mpirun, which hands it to every rank (they checkpoint and
     stop); Open MPI's own answer to SIGINT or SIGTERM is to kill the ranks. mpirun gets its
     own session so that a terminal's Ctrl-C reaches it only this way."""
-    proc = subprocess.Popen(cmd, start_new_session=True)
+    proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_stop_with_parent)
     asked = []
 
     def forward(signum, _frame):
         asked.append(signum)
         proc.send_signal(signal.SIGUSR1)
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    # SIGHUP too: an SSH session that closes under a sweep must stop its run, not orphan it.
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         return proc.wait(), bool(asked)
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+
+
+def _stop_with_parent() -> None:
+    """In the child before mpirun starts: a SIGUSR1 (checkpoint and stop) when the sweep dies
+    however it dies (SIGKILL, an OOM kill), so that no run outlives it and a restarted sweep
+    never trains a second copy beside it."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGUSR1)

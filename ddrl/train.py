@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, signals: StopSignals) -> int:
-    from ddrl.distributed.backends import check_world
     from ddrl.distributed.world import discover, launcher_rank
+    from ddrl.placement import check_world
 
     quiet = launcher_rank() != 0  # every rank reads the job: one copy of each note is enough
     try:
@@ -58,14 +58,16 @@ def _run(args: argparse.Namespace, signals: StopSignals) -> int:
         held = hold(run_dir) if world.is_root else None
         resumed, problem = prepare(run_dir, args.resume, world.is_root, cfg), None
     except DdrlError as exc:
-        resumed, problem = None, str(exc)
+        resumed, problem = None, (str(exc), getattr(exc, "exit_code", 2))
     if world.comm is not None:
         # Every rank checked the run directory (shared, or its node's own); none proceeds
         # unless all agreed, and the first rank's problem is reported once for the job.
         with startup:
             problem = next((p for p in world.comm.allgather(problem) if p), None)
     if problem:
-        raise EveryRankError(problem)
+        error = EveryRankError(problem[0])
+        error.exit_code = problem[1]  # "in use" stays retryable
+        raise error
     if world.comm is not None and resumed is not None:
         # Rank 0's checkpoint sets the counters (the lr schedule, the frame budget, the replay
         # files to take up): another rank may have read an older one through a stale NFS cache.
@@ -106,116 +108,32 @@ def _startup_watchdog(cfg: Config, world) -> contextlib.AbstractContextManager:
 
 def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None,
            signals: StopSignals, startup: contextlib.AbstractContextManager) -> int:
-    from ddrl.cpus import configure_tensorflow, cores_per_rank
-
-    restarts = ckpt.restarts + 1 if ckpt is not None else 0
-    central_comm = None
-    if cfg.sync.mode == "central":
-        from ddrl.distributed import central
-
-        central_comm = central.split(world)
-        restarts = central.share_restarts(world, restarts)
-        if central.is_actor(cfg, world):
-            # Simulators only: an actor rank never loads TensorFlow. It goes on until the
-            # learner, which checkpoints, stops it, whatever signals it receives.
-            code = central.run_actor(cfg, world, restarts)
-            signals.job_stopping = True
-            return code
-    cores = cores_per_rank(cfg.node.threads, world.local_size)
-    deterministic = cfg.node.mode in ("a2c", "dqn")
-    configure_tensorflow(cores, deterministic)
-    import tensorflow as tf
-
-    from ddrl.acting import make_actors
-    from ddrl.distributed.backends import make_sync, trainer_ranks
-    from ddrl.distributed.ps import is_server
-    from ddrl.envs import env_spec, frames_per_step
-    from ddrl.info import cpu_summary, versions
-    from ddrl.learner import Learner
-    from ddrl.log import RunLog
-    from ddrl.loop.bookkeeping import Counters
-    from ddrl.loop.evaluator import BackgroundEvaluator
+    from ddrl.cpus import start_tensorflow
+    from ddrl.envs import env_spec
     from ddrl.loop.faults import freeze_at_startup
-    from ddrl.loop.trainer import Trainer
-    from ddrl.models import compute_precision
-    from ddrl.seeding import derive_seed
+    from ddrl.placement import placement_of
 
-    tf.keras.utils.set_random_seed(derive_seed(cfg.run.seed, 0, "init"))
-    spec = env_spec(cfg)
-    if is_server(cfg, world):
-        from ddrl.distributed.ps_server import serve
-
-        # A parameter server holds a slice of the weights and runs no simulators; it leaves
-        # after the workers, whatever signals it receives.
-        code = serve(cfg, world, *spec)
-        signals.job_stopping = True
+    placement = placement_of(cfg)(cfg, world)
+    restarts = placement.start(ckpt.restarts + 1 if ckpt is not None else 0)
+    if not placement.trains:
+        code = placement.serve(restarts)
+        signals.job_stopping = True  # it leaves when the trainers end the job, not on signals
         return code
-    learner = Learner(cfg, *spec, workers=trainer_ranks(cfg, world.size))
-    if central_comm is not None:
-        pool = central.RemotePool(cfg, world.comm, world.size - 1, *spec, frames_per_step(cfg))
-        sync = central.CentralSync(world, central_comm, pool)
-    else:
-        sync = make_sync(cfg, world, learner.num_params)
-    counters = Counters(restarts=restarts)
-    if ckpt is not None:
-        counters = Counters(ckpt.update, ckpt.frames, ckpt.wall_time, restarts)
-        if world.is_root:
-            if ckpt.weights.size != learner.num_params:
-                raise DdrlError(f"--resume: the checkpoint in {run_dir / 'checkpoints'} holds "
-                                f"{ckpt.weights.size:,} weights, this job's model "
-                                f"{learner.num_params:,}: resume it with its own job file")
-            learner.set_weights(ckpt.weights)
-            learner.set_optimizer_state(ckpt.optimizer)
+    cores = start_tensorflow(cfg, world)
+    from ddrl.learner import Learner
+    from ddrl.loop.trainer import Trainer
+
+    spec = env_spec(cfg)
+    learner = Learner(cfg, *spec, workers=placement.trainer_ranks(cfg, world.size))
+    sync = placement.sync(learner, spec)
+    counters = _restore(cfg, world, run_dir, ckpt, restarts, learner)
     freeze_at_startup(cfg, world.rank)
     with startup:
         learner.share_root_state(sync.broadcast)
     world = sync.world  # the ranks that run the loop: in ps mode the workers, in central the learner
-
-    log = evaluator = None
-    if world.is_root:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.toml").write_text(cfg.to_toml())
-        precision = compute_precision(cfg.model)
-        attrs = {"config": cfg.to_json(), "world_size": world.size, "nodes": world.hosts,
-                 "versions": json.dumps(versions()), "sync_backend": sync.name,
-                 "precision": precision, "cpu": cpu_summary(), "cores": cores * world.size}
-        if ckpt is None:
-            attrs["start_time"] = datetime.datetime.now().astimezone().isoformat()
-            log = RunLog.create(run_dir / "log.h5", attrs)
-        else:
-            log = RunLog.resume(run_dir / "log.h5", counters.update, counters.frames,
-                                counters.restarts, attrs)
-            if log.damaged:
-                say(f"[ddrl] {log.damaged}: set aside as {log.set_aside.name}; "
-                    "the run goes on in a new log with the rows that could be read", err=True)
-        if cfg.run.tensorboard:
-            events = EventWriter(run_dir / "tensorboard", start_timestamp(log.attrs.get("start_time")))
-            if ckpt is not None:
-                # Rows at the checkpoint's own frames stay; what came after, the run plays again.
-                events.restart(counters.frames + 1)
-            log.mirrors.append(events)
-        if cfg.run.wandb:
-            log.mirrors.append(wandb_writer.WandbWriter(
-                cfg.run.wandb, run_dir, str(log.attrs.get("start_time")), cfg.to_dict()))
-        log.append("starts", {"restart": counters.restarts, "update": counters.update,
-                              "frames": counters.frames, "wall_time": counters.wall_time,
-                              "world_size": world.size, "nodes": world.hosts,
-                              "damaged_log": int(log.damaged is not None)})
-        if cfg.eval.episodes:
-            evaluator = BackgroundEvaluator(cfg, spec, cores, deterministic, world.node_cpus)
-        k = cfg.sync.virtual_ranks
-        ranks = f"{world.size} rank(s)" if k == 1 else \
-            f"{world.size * k} ranks ({world.size} process(es) x {k} virtual)"
-        say(f"[ddrl] {cfg.env.id} {cfg.node.mode} x {ranks} on {world.hosts} "
-            f"host(s), {learner.num_params:,} parameters in {precision}, sync {sync.name}, "
-            f"run directory {run_dir}" + (f" (resumed at update {counters.update})"
-                                          if ckpt else ""))
-    if central_comm is not None:
-        from ddrl.acting.central import central_actors
-
-        actors = central_actors(cfg, learner, counters.restarts, pool)
-    else:
-        actors = make_actors(cfg, learner, world.rank, counters.restarts)
+    log, evaluator = (_root_outputs(cfg, world, run_dir, ckpt, counters, learner, sync, spec, cores)
+                      if world.is_root else (None, None))
+    actors = placement.actors(learner, counters.restarts)
     actors.check_memory(world.local_size)
     actors.update = counters.update
     if ckpt is not None:
@@ -225,3 +143,70 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
         return trainer.run(signals)
     finally:
         sync.close()
+
+
+def _restore(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None,
+             restarts: int, learner):
+    """The run's counters; on rank 0 of a resume, the checkpoint's weights and Adam state in
+    `learner` (the others take them from its broadcast)."""
+    from ddrl.loop.bookkeeping import Counters
+
+    if ckpt is None:
+        return Counters(restarts=restarts)
+    if world.is_root:
+        if ckpt.weights.size != learner.num_params:
+            raise DdrlError(f"--resume: the checkpoint in {run_dir / 'checkpoints'} holds "
+                            f"{ckpt.weights.size:,} weights, this job's model "
+                            f"{learner.num_params:,}: resume it with its own job file")
+        learner.set_weights(ckpt.weights)
+        learner.set_optimizer_state(ckpt.optimizer)
+    return Counters(ckpt.update, ckpt.frames, ckpt.wall_time, restarts)
+
+
+def _root_outputs(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None,
+                  counters, learner, sync, spec, cores: int):
+    """Rank 0's log (created, or resumed at the checkpoint), its mirrors and the background
+    evaluator."""
+    from ddrl.cpus import deterministic_node
+    from ddrl.info import cpu_summary, versions
+    from ddrl.log import RunLog
+    from ddrl.loop.evaluator import BackgroundEvaluator
+    from ddrl.models import compute_precision
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.toml").write_text(cfg.to_toml())
+    precision = compute_precision(cfg.model)
+    attrs = {"config": cfg.to_json(), "world_size": world.size, "nodes": world.hosts,
+             "versions": json.dumps(versions()), "sync_backend": sync.name,
+             "precision": precision, "cpu": cpu_summary(), "cores": cores * world.size}
+    if ckpt is None:
+        attrs["start_time"] = datetime.datetime.now().astimezone().isoformat()
+        log = RunLog.create(run_dir / "log.h5", attrs)
+    else:
+        log = RunLog.resume(run_dir / "log.h5", counters.update, counters.frames,
+                            counters.restarts, attrs)
+        if log.damaged:
+            say(f"[ddrl] {log.damaged}: set aside as {log.set_aside.name}; "
+                "the run goes on in a new log with the rows that could be read", err=True)
+    if cfg.run.tensorboard:
+        events = EventWriter(run_dir / "tensorboard", start_timestamp(log.attrs.get("start_time")))
+        if ckpt is not None:
+            # Rows at the checkpoint's own frames stay; what came after, the run plays again.
+            events.restart(counters.frames + 1)
+        log.mirrors.append(events)
+    if cfg.run.wandb:
+        log.mirrors.append(wandb_writer.WandbWriter(
+            cfg.run.wandb, run_dir, str(log.attrs.get("start_time")), cfg.to_dict()))
+    log.append("starts", {"restart": counters.restarts, "update": counters.update,
+                          "frames": counters.frames, "wall_time": counters.wall_time,
+                          "world_size": world.size, "nodes": world.hosts,
+                          "damaged_log": int(log.damaged is not None)})
+    evaluator = BackgroundEvaluator(cfg, spec, cores, deterministic_node(cfg), world.node_cpus) \
+        if cfg.eval.episodes else None
+    k = cfg.sync.virtual_ranks
+    ranks = f"{world.size} rank(s)" if k == 1 else \
+        f"{world.size * k} ranks ({world.size} process(es) x {k} virtual)"
+    say(f"[ddrl] {cfg.env.id} {cfg.node.mode} x {ranks} on {world.hosts} host(s), "
+        f"{learner.num_params:,} parameters in {precision}, sync {sync.name}, run directory "
+        f"{run_dir}" + (f" (resumed at update {counters.update})" if ckpt else ""))
+    return log, evaluator

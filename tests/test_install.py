@@ -32,7 +32,7 @@ def test_an_installed_wheel_renders_batch_scripts_and_reads_references_outside_t
     # Every subpackage is in the wheel (one without an __init__.py would be left out).
     where = subprocess.run([sys.executable, "-c", "import ddrl, analysis; print(ddrl.__file__); "
                             "print(analysis.__file__); import ddrl.loop.trainer, "
-                            "ddrl.acting.dqn, ddrl.distributed.backends"],
+                            "ddrl.acting.dqn, ddrl.placement.central.actors"],
                            cwd=away, env=env, capture_output=True, text=True, timeout=60)
     assert where.returncode == 0, where.stderr[-2000:]
     assert all(Path(p).is_relative_to(site) for p in where.stdout.split()), where.stdout

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import time
 
 from conftest import DDRL, JOBS, NO_EVAL, ROOT, ddrl, env_for_tests, table, wait_for_updates
 
+from ddrl import checkpoint
 from ddrl.config import load_config
+from ddrl.rundir import held_by_a_run
 from ddrl.sweep import FINISHED
 
 
@@ -75,3 +78,56 @@ def test_array_runs_only_the_lines_it_names_into_their_own_directories(tmp_path)
     assert (tmp_path / "cp_2" / FINISHED).exists()
     assert load_config(tmp_path / "cp_2" / "config.toml").run.seed == 2
     assert table(tmp_path / "cp_2", "train")["update"][-1] > 0
+
+
+def test_a_line_with_an_unbalanced_quote_is_one_line_naming_it(tmp_path):
+    sweep = tmp_path / "quote.sweep"
+    sweep.write_text("run.seed=0\nrun.seed=1 'optim.lr=1e-3\n")
+    res = ddrl("sweep", JOBS / "cartpole.toml", "--sweep", sweep, "--out", tmp_path / "r",
+               timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
+    assert f"sweep file {sweep}, line 2: No closing quotation" in res.stderr
+
+
+def test_an_edited_sweep_file_does_not_resume_a_run_with_another_lines_settings(tmp_path):
+    sweep = tmp_path / "s.sweep"
+    sweep.write_text("run.seed=0\n")
+    out = tmp_path / "r"
+    args = ["sweep", JOBS / "cartpole.toml", "--sweep", sweep, "--out", out, "--ranks", "1",
+            "--set", "run.max_frames=2000", *NO_EVAL]
+    assert ddrl(*args, timeout=240).returncode == 0
+    (out.parent / "r_0" / FINISHED).unlink()  # as if it had been stopped part way
+    sweep.write_text("run.seed=7\n")
+    res = ddrl(*args, timeout=240)
+    assert res.returncode == 2
+    assert "holds the run of another line ('run.seed=0 --set=run.max_frames=2000" in res.stdout
+
+
+def test_a_second_sweep_on_one_out_is_in_use_and_a_killed_sweep_stops_its_run(tmp_path):
+    """The sweep's runs die with it (SIGKILL leaves it no handler: the kernel's parent-death
+    signal reaches mpirun as SIGUSR1, and the run checkpoints and stops); while it lives a
+    second sweep on the same --out is refused as in use (exit 6), not counted as failed."""
+    sweep = tmp_path / "s.sweep"
+    sweep.write_text("run.seed=0\n")
+    out = tmp_path / "r"
+    args = ["sweep", JOBS / "cartpole.toml", "--sweep", sweep, "--out", out, "--ranks", "1",
+            "--set", "run.max_frames=100000000", "--set", "run.log_every=1", *NO_EVAL]
+    proc = subprocess.Popen([*DDRL, *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env_for_tests())
+    try:
+        wait_for_updates(proc, tmp_path / "r_0", 5)
+        second = ddrl(*args, timeout=120)
+        assert second.returncode == 6, second.stdout + second.stderr
+        assert "in use by another run" in second.stderr
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and held_by_a_run(tmp_path / "r_0"):
+            time.sleep(0.5)
+        assert not held_by_a_run(tmp_path / "r_0"), "the run outlived its sweep"
+    finally:
+        proc.kill()
+    starts = table(tmp_path / "r_0", "starts")
+    assert len(starts) == 1
+    assert checkpoint.latest(tmp_path / "r_0" / "checkpoints") is not None  # it checkpointed

@@ -267,8 +267,10 @@ class DQNActors(Actors):
                                  self.cfg.run.progress_seconds if self.rank == 0 else 0)
         # In chunks: a buffered step holds whole observation stacks, four times what the
         # memory keeps of it.
+        needed = self.memory.steps_needed(a.n_step)
         for chunk in range(0, rounds, PREPOPULATE_CHUNK):
-            if chunk and stopping():
+            # Not before every stream has a transition to draw: the first minibatch follows.
+            if chunk >= needed and stopping():
                 return
             progress.update(chunk * self.samplers.size)
             self._store(self.samplers.collect(min(PREPOPULATE_CHUNK, rounds - chunk), predict,
@@ -385,13 +387,20 @@ class DQNActors(Actors):
         if a.recurrent:
             return self._sequences()
         t0 = time.perf_counter()
-        t = self.memory.sample(self.cfg.node.batch_size, a.n_step, self._rng)
+        t = self._sample()
         target_out, q_online = self._next_values(t.next_obs)
         targets = self.learner.algo.replay_targets(t.rewards, t.dones, target_out, q_online)
         self._sampled = t.index
         with self._lock:
             self.t_predict += time.perf_counter() - t0
         return Batch(t.obs, t.actions, t.acted_at, {**targets, "weights": t.weights})
+
+    def _sample(self):
+        try:
+            return self.memory.sample(self.cfg.node.batch_size, self.cfg.dqn.n_step, self._rng)
+        except ValueError as exc:
+            raise DdrlError(f"rank {self.rank}: no minibatch can be drawn: {exc} (raise "
+                            "dqn.prepopulate or lower dqn.n_step)") from None
 
     def _next_values(self, *inputs: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """The target network's outputs, and the Q whose argmax is the bootstrap's action:
@@ -406,7 +415,7 @@ class DQNActors(Actors):
         for the targets; the learner gets the burn-in and learned steps."""
         a, algo = self.cfg.dqn, self.learner.algo
         t0 = time.perf_counter()
-        t = self.memory.sample(self.cfg.node.batch_size, a.n_step, self._rng)
+        t = self._sample()
         inputs = (t.obs, t.starts, t.state[:, 0], t.state[:, 1])
         target_out, q_online = self._next_values(*inputs)
         targets = algo.sequence_targets(t.rewards, t.dones, target_out[0], q_online)

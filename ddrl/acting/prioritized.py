@@ -10,6 +10,8 @@ soon after it arrives.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ddrl.acting.replay import ReplayMemory, Transitions
@@ -87,17 +89,23 @@ class Priorities:
 
     def restore(self, arrays: dict[str, np.ndarray], n: int) -> None:
         super().restore(arrays, n)
-        self.max_priority = float(arrays["max_priority"])
+        saved = float(arrays["max_priority"])
+        # A memory saved before non-finite errors were kept out may hold them.
+        self.max_priority = saved if math.isfinite(saved) else 1.0
 
     def anneal(self, progress: float) -> None:
         """beta for the fraction `progress` of the run done: linearly from its start to 1."""
         self.beta = self.beta0 + (1.0 - self.beta0) * min(max(progress, 0.0), 1.0)
 
     def leaf_values(self, errors: np.ndarray) -> np.ndarray:
-        """priority^alpha of new errors (priority |error| + eps), the largest priority kept."""
+        """priority^alpha of new errors (priority |error| + eps), the largest priority kept.
+        A non-finite error (a gradient the run drops) gets the largest priority, as a new step
+        does: one NaN leaf would make the tree's total NaN and every later draw slot 0."""
         priority = np.abs(errors).astype(np.float64) + PRIORITY_EPS
-        self.max_priority = max(self.max_priority, float(priority.max()))
-        return priority ** self.alpha
+        finite = np.isfinite(priority)
+        if finite.any():
+            self.max_priority = max(self.max_priority, float(priority[finite].max()))
+        return np.where(finite, priority, self.max_priority) ** self.alpha
 
     def weights(self, count: int, leaves: np.ndarray, total: float) -> np.ndarray:
         """Importance weights (N P)^-beta of draws whose leaves are `leaves` out of `total`,
@@ -132,6 +140,7 @@ class PrioritizedReplay(Priorities, ReplayMemory):
             found = "missing" if saved is None else f"{list(saved.shape)}"
             raise ValueError(f"priorities: {found}, expected {list(self.tree.values.shape)}")
         super().restore(arrays, n)
+        saved = np.where(np.isfinite(saved), saved, self.max_priority ** self.alpha)
         self.tree.values[:] = np.where(self._valid_mask(), saved, 0.0)
         self.tree.rebuild()
         self.valid = int(np.count_nonzero(self.tree.values))

@@ -30,6 +30,11 @@ class Transitions:
     index: np.ndarray
 
 
+# Rounds of draws in a row that found nothing before the sampler checks that anything can be
+# found (a memory whose every candidate is rare is still drawn from).
+EMPTY_ROUNDS = 64
+
+
 class ReplayMemory:
     def __init__(self, capacity: int, streams: int, obs_shape: tuple[int, ...],
                  obs_dtype: np.dtype, stacked: bool):
@@ -120,8 +125,12 @@ class ReplayMemory:
         more than n steps."""
         streams_n = len(self.head)
         picked_s, picked_p = [], []
-        wanted = size
+        wanted, empty_rounds = size, 0
         while wanted > 0:
+            if empty_rounds == EMPTY_ROUNDS and not self._any_candidate(n):
+                # Drawing on would never end: no stream holds a transition and its n steps.
+                raise ValueError(f"no transition with its {n} following steps in the replay "
+                                 "memory yet")
             s = rng.integers(0, streams_n, 2 * wanted)
             low, high = self.bounds(s, n)
             ok = high >= low
@@ -131,7 +140,16 @@ class ReplayMemory:
             picked_s.append(s[ok][:wanted])
             picked_p.append(p[ok][:wanted])
             wanted -= len(picked_s[-1])
+            empty_rounds = empty_rounds + 1 if not len(picked_s[-1]) else 0
         return self.gather(np.concatenate(picked_s), np.concatenate(picked_p), n)
+
+    def _any_candidate(self, n: int) -> bool:
+        """Whether some stream holds an acted step whose stack and n successors are held."""
+        low, high = self.bounds(np.arange(len(self.head)), n)
+        for s in np.flatnonzero(high >= low):
+            if self.acted[s, np.arange(low[s], high[s] + 1) % self.slots].any():
+                return True
+        return False
 
     def bounds(self, s: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """The first and last absolute positions of streams `s` that can start a transition:

@@ -134,6 +134,11 @@ class PrioritizedSequences(Priorities, SequenceReplay):
 
     STATE = (*SequenceReplay.STATE, "leaves")
 
+    def restore(self, arrays: dict[str, np.ndarray], n: int) -> None:
+        super().restore(arrays, n)
+        # A memory saved before non-finite errors were kept out may hold them.
+        self.leaves[~np.isfinite(self.leaves)] = self.max_priority ** self.alpha
+
     def add(self, streams: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
             dones: np.ndarray, acted_at: np.ndarray, next_obs: np.ndarray,
             states: np.ndarray) -> None:

@@ -179,3 +179,11 @@ def test_both_networks_in_one_call_are_each_network_alone(job, sets):
             np.testing.assert_allclose(mine, alone, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(online, learner.predict(*inputs)[0], rtol=1e-5, atol=1e-6)
         assert np.abs(online - target_out[0]).max() > 1e-3
+
+
+def test_sampling_a_memory_with_nothing_to_draw_ends_instead_of_looping_for_ever():
+    """3 steps per stream hold no transition with 10 successors: the draws never succeed."""
+    memory, _ = filled_memory(4000, 2, 3)
+    with pytest.raises(ValueError, match="no transition with its 10 following steps"):
+        memory.sample(32, 10, np.random.default_rng(0))
+    assert len(memory.sample(32, 1, np.random.default_rng(0)).actions) == 32

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FLOORS = [
     ["ddrl.cli", "ddrl.__main__", "ddrl.train", "ddrl.evaluate", "ddrl.info", "ddrl.slurm_script",
      "ddrl.sweep", "ddrl.bench", "analysis"],
-    ["ddrl.loop"],
+    ["ddrl.loop", "ddrl.placement"],
     ["ddrl.acting", "ddrl.distributed"],
     ["ddrl.learner"],
     ["ddrl.algos", "ddrl.models", "ddrl.envs", "ddrl.optim"],

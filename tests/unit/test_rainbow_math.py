@@ -127,6 +127,30 @@ def test_new_transitions_enter_with_the_largest_priority_seen():
     assert np.allclose(memory.tree.get(np.array(fresh)), 7.0 + PRIORITY_EPS)
 
 
+def test_a_non_finite_error_never_poisons_the_tree():
+    """A NaN leaf made the total NaN: every draw was then slot 0 with NaN weights."""
+    memory = prioritized_memory(4000, 2, 100, n=1)
+    live = np.flatnonzero(memory.tree.values)
+    memory.update(live, np.linspace(0.1, 2.0, len(live)))
+    memory.update(live[:3], np.array([np.nan, np.inf, -np.inf]))
+    assert np.isfinite(memory.tree.total) and np.isfinite(memory.max_priority)
+    assert np.allclose(memory.tree.get(live[:3]), memory.max_priority ** memory.alpha)
+    sample = memory.sample(256, 1, np.random.default_rng(5))
+    assert np.isfinite(sample.weights).all()
+    assert len(set(sample.index.tolist())) > 100  # not every draw the same slot
+
+
+def test_a_saved_memory_with_non_finite_priorities_is_mended_on_restore(tmp_path):
+    memory = prioritized_memory(4000, 2, 100, n=1)
+    state = memory.state()
+    state["priorities"] = state["priorities"].copy()
+    state["priorities"][np.flatnonzero(state["priorities"])[:2]] = np.nan
+    state["max_priority"] = np.float64(np.nan)
+    fresh = prioritized_memory(4000, 2, 0, n=1)
+    fresh.restore(state, 1)
+    assert np.isfinite(fresh.tree.total) and fresh.max_priority == 1.0
+
+
 def test_priorities_are_saved_and_restored_with_the_memory(tmp_path):
     memory = prioritized_memory(400, 2, 300, n=3)
     live = np.flatnonzero(memory.tree.values)

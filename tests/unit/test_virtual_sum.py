@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from ddrl.config import load_config
-from ddrl.distributed.backends import trainer_ranks
 from ddrl.distributed.sync import LocalSync, TreeSum
 from ddrl.distributed.world import World
 from ddrl.optim import scheduled_lr
+from ddrl.placement import trainer_ranks
 
 
 def recursive_doubling(parts: list[np.ndarray]) -> np.ndarray:

@@ -1,5 +1,5 @@
 """The learner's actors in central mode (SEED RL): the simulators live on the actor ranks
-(`distributed/central.py: RemotePool`, handed in by the entry point) and the learner acts for
+(`distributed/central.py: RemotePool`) and the learner acts for
 them. With the ba3c node its predictor thread is the inference batcher and unrolls, the FIFO
 and the off-policy targets are the ba3c node's own; with DQN's node every remote simulator is
 a stream of the learner's replay memory, as in SEED's R2D2, and the learner chooses their
@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 import numpy as np
 
 from ddrl.acting.ba3c import BA3CActors
 from ddrl.acting.dqn import DQNActors, Experience, Predict, epsilon_greedy
 from ddrl.config import Config, replay_frames_needed
+from ddrl.distributed.central import RemotePool
 from ddrl.errors import DdrlError
 from ddrl.learner import Learner, RecurrentState
-
-# `distributed/central.py: RemotePool`, a floor above this one: handed in, never imported.
-RemotePool = Any
 
 
 class _Remote:

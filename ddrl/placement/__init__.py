@@ -1,0 +1,79 @@
+"""Placement: where a job's ranks go and what each does, one module per way of placing them.
+
+A placement says which ranks train, which serve (parameter servers) and which only simulate
+(central mode's actors); the sync a trainer gets and the actors it drives; its own check of
+the config against the world; and the Slurm template it needs. `ddrl.train` asks it, in this
+order: `check` (before anything heavy), `start` (the layout's collectives), `trains` and
+`serve` for the ranks that do not train, then `sync` and `actors` for those that do.
+
+A new placement is a module here with a class of this shape and one line in PLACEMENTS.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Protocol
+
+from ddrl.config import Config
+from ddrl.distributed.world import World
+
+if TYPE_CHECKING:  # both bring TensorFlow, which the config check must not wait for
+    import numpy as np
+
+    from ddrl.acting.base import Actors
+    from ddrl.distributed.sync import Sync
+    from ddrl.learner import Learner
+
+# sync.mode -> the module whose PLACEMENT is its class; imported only when chosen.
+PLACEMENTS = {
+    "allreduce": "ddrl.placement.allreduce",
+    "ps": "ddrl.placement.ps",
+    "central": "ddrl.placement.central",
+}
+Spec = tuple[tuple[int, ...], "np.dtype", int]  # observation shape, dtype, actions
+
+
+class Placement(Protocol):
+    # The sbatch template under slurm/ the job needs whatever `ddrl slurm`'s options say
+    # (central mode's heterogeneous job), or None: the options choose (one node type).
+    slurm_template: str | None
+
+    @staticmethod
+    def check(cfg: Config, world_size: int) -> None:
+        """The placement's options against the world size: every rank reaches the same
+        verdict, before TensorFlow or the simulators start."""
+
+    @staticmethod
+    def trainer_ranks(cfg: Config, world_size: int) -> int:
+        """The ranks of the job that compute gradients, virtual ones included (the learning
+        rate scales with them)."""
+
+    def __init__(self, cfg: Config, world: World) -> None: ...
+
+    def start(self, restarts: int) -> int:
+        """The layout's own collectives, on every rank; the restart count all ranks agree on."""
+
+    @property
+    def trains(self) -> bool:
+        """Whether this rank runs the trainer loop."""
+
+    def serve(self, restarts: int) -> int:
+        """A rank that does not train: its own loop, until the trainers end the job; its exit
+        code."""
+
+    def sync(self, learner: "Learner", spec: Spec) -> "Sync":
+        """A trainer's sync (its `world` holds the trainer ranks only)."""
+
+    def actors(self, learner: "Learner", restarts: int) -> "Actors":
+        """A trainer's actors, once `sync` is made."""
+
+
+def placement_of(cfg: Config) -> type[Placement]:
+    return importlib.import_module(PLACEMENTS[cfg.sync.mode]).PLACEMENT
+
+
+def check_world(cfg: Config, world_size: int) -> None:
+    placement_of(cfg).check(cfg, world_size)
+
+
+def trainer_ranks(cfg: Config, world_size: int) -> int:
+    return placement_of(cfg).trainer_ranks(cfg, world_size)

@@ -1,0 +1,65 @@
+"""Homogeneous ranks, each a whole node (simulators, predictors, trainer), combining every
+update's gradients in one all-reduce (mpi4py or Horovod); with `sync.virtual_ranks`, each
+process carries several ranks of the job (acting/virtual.py)."""
+from __future__ import annotations
+
+import importlib.util
+
+from ddrl.config import Config
+from ddrl.distributed.world import World
+from ddrl.errors import DdrlError
+
+
+class AllReduce:
+    slurm_template = None
+
+    @staticmethod
+    def check(cfg: Config, world_size: int) -> None:
+        if cfg.sync.aggregate != 1 or cfg.sync.async_:
+            # A collective completes only when every rank has joined it and cannot be
+            # cancelled, so neither leaving out late ranks nor applying early ones fits it.
+            raise DdrlError("sync.aggregate != 1 (k-of-n) and sync.async = true need "
+                            "sync.mode = 'ps'")
+        if world_size > 1 and cfg.sync.backend == "none":
+            raise DdrlError(f"{world_size} ranks but sync.backend = 'none': use 'mpi' or "
+                            "'horovod'")
+        if world_size > 1 and cfg.sync.backend == "horovod" and \
+                importlib.util.find_spec("horovod") is None:
+            raise DdrlError("sync.backend = 'horovod' but Horovod is not installed: install the "
+                            "'horovod' extra (docs/install.md) or use sync.backend = 'mpi'")
+
+    @staticmethod
+    def trainer_ranks(cfg: Config, world_size: int) -> int:
+        return world_size * cfg.sync.virtual_ranks
+
+    def __init__(self, cfg: Config, world: World):
+        self.cfg, self.world = cfg, world
+
+    def start(self, restarts: int) -> int:
+        return restarts
+
+    @property
+    def trains(self) -> bool:
+        return True
+
+    def serve(self, restarts: int) -> int:
+        raise AssertionError("every all-reduce rank trains")
+
+    def sync(self, learner, spec):
+        from ddrl.distributed.sync import LocalSync
+
+        virtual = self.cfg.sync.virtual_ranks
+        if self.world.size == 1:
+            return LocalSync(self.world, virtual)
+        from ddrl.distributed.allreduce import HorovodSync, MpiAllreduceSync
+
+        backend = {"mpi": MpiAllreduceSync, "horovod": HorovodSync}[self.cfg.sync.backend]
+        return backend(self.world, self.cfg.sync.timeout, virtual)
+
+    def actors(self, learner, restarts: int):
+        from ddrl.acting import make_actors
+
+        return make_actors(self.cfg, learner, self.world.rank, restarts)
+
+
+PLACEMENT = AllReduce

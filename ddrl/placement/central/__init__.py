@@ -1,0 +1,53 @@
+"""Central inference (SEED RL): rank 0, the learner, infers for every actor rank and trains;
+the actor ranks only simulate (they never load TensorFlow). The wire protocol is
+distributed/central.py; the learner's actors, over the remote simulators, are `actors.py`."""
+from __future__ import annotations
+
+from ddrl.config import Config
+from ddrl.distributed import central
+from ddrl.distributed.world import World
+
+
+class Central:
+    # A heterogeneous job: the learner's component and the actors' (slurm/central.sbatch).
+    slurm_template = "central.sbatch"
+
+    @staticmethod
+    def check(cfg: Config, world_size: int) -> None:
+        central.check(cfg, world_size)
+
+    @staticmethod
+    def trainer_ranks(cfg: Config, world_size: int) -> int:
+        return 1
+
+    def __init__(self, cfg: Config, world: World):
+        self.cfg, self.world = cfg, world
+        self._comm = self._pool = None
+
+    def start(self, restarts: int) -> int:
+        self._comm = central.split(self.world)
+        return central.share_restarts(self.world, restarts)
+
+    @property
+    def trains(self) -> bool:
+        return not central.is_actor(self.cfg, self.world)
+
+    def serve(self, restarts: int) -> int:
+        # Simulators only, until the learner, which checkpoints, stops it, whatever signals
+        # this rank receives.
+        return central.run_actor(self.cfg, self.world, restarts)
+
+    def sync(self, learner, spec):
+        from ddrl.envs import frames_per_step
+
+        self._pool = central.RemotePool(self.cfg, self.world.comm, self.world.size - 1, *spec,
+                                        frames_per_step(self.cfg))
+        return central.CentralSync(self.world, self._comm, self._pool)
+
+    def actors(self, learner, restarts: int):
+        from ddrl.placement.central.actors import central_actors
+
+        return central_actors(self.cfg, learner, restarts, self._pool)
+
+
+PLACEMENT = Central

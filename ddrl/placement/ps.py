@@ -1,0 +1,54 @@
+"""Parameter-server ranks (the paper's layout): the last `sync.ps` ranks hold slices of the
+weights and Adam's state; the workers send them gradients, synchronously, k-of-n
+(`sync.aggregate`) or asynchronously (`sync.async`). The mechanics are
+distributed/ps*.py."""
+from __future__ import annotations
+
+from ddrl.config import Config
+from ddrl.distributed.ps import Layout, check, is_server
+from ddrl.distributed.world import World
+
+
+class ParameterServers:
+    slurm_template = None
+
+    @staticmethod
+    def check(cfg: Config, world_size: int) -> None:
+        check(cfg, world_size)
+
+    @staticmethod
+    def trainer_ranks(cfg: Config, world_size: int) -> int:
+        return Layout.of(cfg.sync.ps, world_size).workers
+
+    def __init__(self, cfg: Config, world: World):
+        self.cfg, self.world = cfg, world
+
+    def start(self, restarts: int) -> int:
+        return restarts
+
+    @property
+    def trains(self) -> bool:
+        return not is_server(self.cfg, self.world)
+
+    def serve(self, restarts: int) -> int:
+        from ddrl.cpus import start_tensorflow
+        from ddrl.distributed.ps_server import serve
+        from ddrl.envs import env_spec
+
+        # A server holds a slice of the weights and runs no simulators; it leaves after the
+        # workers.
+        start_tensorflow(self.cfg, self.world)
+        return serve(self.cfg, self.world, *env_spec(self.cfg))
+
+    def sync(self, learner, spec):
+        from ddrl.distributed.ps_worker import PsSync
+
+        return PsSync(self.cfg, self.world, learner.num_params)
+
+    def actors(self, learner, restarts: int):
+        from ddrl.acting import make_actors
+
+        return make_actors(self.cfg, learner, self.world.rank, restarts)
+
+
+PLACEMENT = ParameterServers
