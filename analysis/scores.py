@@ -83,3 +83,29 @@ def to_target(run: Run, target: float | None) -> tuple[float, float]:
     if row is None:
         return math.nan, math.nan
     return float(row["wall_time"]), float(row["frames"])
+
+
+def to_confirmed_target(run: Run, target: float | None) -> tuple[float, float]:
+    """As `to_target`, counting only evaluations over eval.confirm_episodes games or more (a
+    crossing's confirmation holds all of its games); a run from before confirmations counts
+    every evaluation."""
+    goal = resolve_target(run, target)
+    if goal is None:
+        return math.nan, math.nan
+    evals = run["eval"]
+    row = first_reaching(evals[evals["episodes"] >= int(run.setting("eval.confirm_episodes") or 0)],
+                         goal)
+    return (math.nan, math.nan) if row is None else (float(row["wall_time"]), float(row["frames"]))
+
+
+def to_online_target(run: Run, target: float | None, games: int = 100) -> tuple[float, float]:
+    """(wall seconds, frames) at which the mean of the last `games` training games first
+    reached the target: the protocol of the published PPO and A2C curves (CleanRL, RLlib)."""
+    goal = resolve_target(run, target)
+    episodes = run["episodes"].sort_values("frames", kind="stable")
+    if goal is None or len(episodes) < games:
+        return math.nan, math.nan
+    mean = episodes["return"].rolling(games).mean()
+    hits = episodes[mean >= goal]
+    return (math.nan, math.nan) if hits.empty else (float(hits["wall_time"].iloc[0]),
+                                                    float(hits["frames"].iloc[0]))

@@ -8,7 +8,13 @@ from typing import Any
 import pandas as pd
 
 from analysis.load import Run
-from analysis.scores import human_normalized, resolve_target, to_target
+from analysis.scores import (
+    human_normalized,
+    resolve_target,
+    to_confirmed_target,
+    to_online_target,
+    to_target,
+)
 
 # Keys that say how a run was kept (its time limit, checkpoints, logging, the evaluator's
 # share of the CPU), not what it learns: runs of one sweep line on CPUs of different speeds,
@@ -65,6 +71,8 @@ def summarize(runs: list[Run], target: float | None = None) -> pd.DataFrame:
         done = run.progress()
         best = evals.loc[evals["mean_return"].idxmax()] if len(evals) else None
         t_target, f_target = to_target(run, target)
+        t_confirmed, f_confirmed = to_confirmed_target(run, target)
+        t_online, f_online = to_online_target(run, target, ONLINE_GAMES)
         goal = resolve_target(run, target)
         row: dict[str, Any] = {
             "run": run.name,
@@ -83,8 +91,15 @@ def summarize(runs: list[Run], target: float | None = None) -> pd.DataFrame:
             # As published PPO and A2C scores are taken: the training games' mean at the end.
             "online_last100": last_games_mean(episodes, ONLINE_GAMES),
             "target": math.nan if goal is None else float(goal),
+            # The first evaluation at the target; the first whose weights confirmed it over
+            # eval.confirm_episodes games; the first with the last 100 training games' mean
+            # at it (the published curves' protocol).
             "time_to_target": t_target,
             "frames_to_target": f_target,
+            "time_to_confirmed": t_confirmed,
+            "frames_to_confirmed": f_confirmed,
+            "time_to_online": t_online,
+            "frames_to_online": f_online,
             "dp_per_s": float(train["dp_per_s"].mean()) if len(train) else math.nan,
         }
         row["hns_best"] = human_normalized(row["best_eval"], run.game)
@@ -113,9 +128,19 @@ def over_seeds(runs: pd.DataFrame) -> dict[str, Any]:
         "frames_to_target": reached.median() if len(reached) else math.nan,
         "minutes_to_target": runs["time_to_target"].dropna().median() / 60
         if len(reached) else math.nan,
+        "confirmed": f"{_column(runs, 'frames_to_confirmed').notna().sum()}/{len(runs)}"
+        if targeted else "-",
+        "frames_to_confirmed": _column(runs, "frames_to_confirmed").median(),
+        "minutes_to_confirmed": _column(runs, "time_to_confirmed").median() / 60,
+        "frames_to_online": _column(runs, "frames_to_online").median(),
         "frames": runs["frames"].median(),
         "minutes": runs["wall_time"].median() / 60,
     }
+
+
+def _column(runs: pd.DataFrame, name: str) -> pd.Series:
+    """A column of the summary, all NaN in a table made without it."""
+    return runs[name] if name in runs else pd.Series(math.nan, index=runs.index)
 
 
 def format_summary(summary: pd.DataFrame) -> str:

@@ -221,6 +221,10 @@ class EvalConfig:
     every: int = 1000
     episodes: int = 50
     target: float | None = None
+    # A crossing of the target counts once the same frozen weights have played this many
+    # games in all with a mean at the target (the paper's 50): the first eval.episodes, then
+    # the rest at once; eval.episodes or fewer: every evaluation counts as it is.
+    confirm_episodes: int = 50
     # Probability of a random action instead of the greedy one (0: greedy, as in the paper).
     epsilon: float = 0.0
     # The evaluator process's niceness: at 19 it plays on the CPU time the ranks leave idle.
@@ -342,7 +346,7 @@ _RANGES = {
     "sync.ps": (0, None, True), "sync.aggregate": (0.0, None, False),
     "sync.timeout": (0.0, None, False), "sync.startup_timeout": (0.0, None, False),
     "sync.virtual_ranks": (1, 4096, True), "optim.warmup_frames": (0, 10**12, True),
-    "eval.every": (1, None, True),
+    "eval.every": (1, None, True), "eval.confirm_episodes": (0, None, True),
     "eval.episodes": (0, None, True), "eval.epsilon": (0.0, 1.0, True),
     "eval.cpu_share": (0.0, 1.0, False), "eval.nice": (0, 19, True),
     "debug.slow_factor": (1.0, None, True),

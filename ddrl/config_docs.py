@@ -169,6 +169,9 @@ DOCS = {
     "eval.cpu_share": "the evaluator's CPU time, at most this share of one rank's cores: in a "
                       "synchronous job what it takes from a rank holds back all (an evaluation "
                       "due waits until it fits; 1: no limit)",
+    "eval.confirm_episodes": "games the weights that cross `eval.target` play in all before the "
+                             "run counts the target reached (the paper's 50; the rest played "
+                             "at once, their mean over all of them must be at the target)",
     "eval.target": "stop when an evaluation's mean reaches this score (`none`: never)",
     "eval.epsilon": "probability of a random action in evaluation (0: greedy, as in the paper; "
                     "DQN's convention is 0.05)",

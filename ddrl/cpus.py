@@ -1,4 +1,5 @@
-"""How many cores this rank owns, so N ranks on a node do not oversubscribe it.
+"""How many cores this rank owns, so N ranks on a node do not oversubscribe it, and how much
+memory it may still take.
 
 A rank runs its simulators (C++ threads), predictor and trainer threads and TensorFlow's
 thread pools; all of them should stay on the rank's own cores. Bind each rank to a block of
@@ -73,3 +74,51 @@ def start_tensorflow(cfg, world) -> int:
 def deterministic_node(cfg) -> bool:
     """The node modes that run in a fixed order on one thread (a2c, dqn) reproduce a run."""
     return cfg.node.mode in ("a2c", "dqn")
+
+
+# cgroup v1 writes "no limit" as the largest page-aligned int64.
+_V1_UNLIMITED = 1 << 62
+
+
+def available_memory(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgroup")
+                     ) -> int | None:
+    """What this process can allocate without swapping or an OOM kill: the kernel's
+    MemAvailable, or less where a memory cgroup on its path has a limit, the tightest of all:
+    Slurm's task/cgroup plugin sets it on the job or step, a parent of the task's own group,
+    under cgroup v2 (memory.max) or v1 (memory.limit_in_bytes). None where nothing is readable."""
+    found = []
+    try:
+        found += [int(line.split()[1]) * 1024 for line in (proc / "meminfo").read_text().splitlines()
+                  if line.startswith("MemAvailable:")]
+    except (OSError, ValueError):
+        pass
+    try:
+        lines = (proc / "self" / "cgroup").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            found += _headroom(cgroups, path, "memory.max", "memory.current")
+        elif "memory" in controllers.split(","):
+            found += _headroom(cgroups / controllers, path, "memory.limit_in_bytes",
+                               "memory.usage_in_bytes")
+            found += _headroom(cgroups / "memory", path, "memory.limit_in_bytes",
+                               "memory.usage_in_bytes")
+    return min(found) if found else None
+
+
+def _headroom(mount: Path, path: str, limit_file: str, usage_file: str) -> list[int]:
+    """limit - usage of every group from `path` up to the hierarchy's root that has a limit."""
+    out = []
+    parts = [p for p in path.split("/") if p]
+    for depth in range(len(parts), -1, -1):
+        group = mount.joinpath(*parts[:depth])
+        try:
+            limit = (group / limit_file).read_text().strip()
+            if not limit.isdigit() or int(limit) >= _V1_UNLIMITED:
+                continue  # "max" (v2) or v1's unlimited
+            out.append(int(limit) - int((group / usage_file).read_text().strip()))
+        except (OSError, ValueError):
+            continue
+    return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import h5py
 import numpy as np
 
 from ddrl.errors import DdrlError, HardExitError
+from ddrl.output import say
 
 FORMAT_VERSION = 7
 
@@ -124,6 +126,10 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# Seconds the mirrors get to close at the end of a run.
+MIRROR_CLOSE_S = 60.0
 
 
 class RunLog:
@@ -238,11 +244,9 @@ class RunLog:
                 written = np.array(rows, dtype=table_dtype(name))
                 ds[n:] = written
                 rows.clear()
-                for mirror in self.mirrors:
-                    mirror.write(name, written, list(written.dtype.names))
+                self._to_mirrors("write", name, written, list(written.dtype.names))
             self._f.flush()
-            for mirror in self.mirrors:
-                mirror.flush()
+            self._to_mirrors("flush")
             if sync:
                 _fsync(self._f)
         except (OSError, RuntimeError) as exc:
@@ -255,8 +259,26 @@ class RunLog:
         if self._f.id.valid:
             self.flush(sync=True)
             self._f.close()
-            for mirror in self.mirrors:
-                mirror.close()
+            # W&B's finish can hang on a cluster's network for ever (a known upstream
+            # problem): the log is closed; the mirrors get a deadline.
+            closing = threading.Thread(target=self._to_mirrors, args=("close",),
+                                       name="ddrl-mirrors-close", daemon=True)
+            closing.start()
+            closing.join(MIRROR_CLOSE_S)
+            if closing.is_alive():
+                say(f"ddrl: warning: the log's mirrors did not close within {MIRROR_CLOSE_S:g} s; "
+                    f"left behind ({self.path} is complete)", err=True)
+
+    def _to_mirrors(self, op: str, *args) -> None:
+        """An optional mirror (TensorBoard, W&B) that fails is dropped with one warning: it
+        never ends training, and log.h5 keeps every row."""
+        for mirror in list(self.mirrors):
+            try:
+                getattr(mirror, op)(*args)
+            except Exception as exc:  # each mirror's library raises its own kinds
+                self.mirrors.remove(mirror)
+                say(f"ddrl: warning: the {type(mirror).__name__} mirror failed ({exc}); "
+                    f"dropped, the run goes on ({self.path} keeps every row)", err=True)
 
 
 # HDF5's words for a file whose superblock still flags a writer.

@@ -195,8 +195,11 @@ def _root_outputs(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint
             events.restart(counters.frames + 1)
         log.mirrors.append(events)
     if cfg.run.wandb:
-        log.mirrors.append(wandb_writer.WandbWriter(
-            cfg.run.wandb, run_dir, str(log.attrs.get("start_time")), cfg.to_dict()))
+        try:
+            log.mirrors.append(wandb_writer.WandbWriter(
+                cfg.run.wandb, run_dir, str(log.attrs.get("start_time")), cfg.to_dict()))
+        except DdrlError as exc:  # a mirror is optional: the run goes on without it
+            say(f"ddrl: warning: {exc}; the run goes on without it", err=True)
     log.append("starts", {"restart": counters.restarts, "update": counters.update,
                           "frames": counters.frames, "wall_time": counters.wall_time,
                           "world_size": world.size, "nodes": world.hosts,

@@ -36,6 +36,7 @@ from ddrl.acting.sequences import PrioritizedSequences, SequenceReplay
 from ddrl.algos.batch import Batch
 from ddrl.algos.dqn import epsilon
 from ddrl.config import Config
+from ddrl.cpus import available_memory
 from ddrl.envs import SimPool
 from ddrl.errors import DdrlError
 from ddrl.learner import Learner, RecurrentState
@@ -172,25 +173,6 @@ class Samplers:
             pool.close()
 
 
-def _available_memory() -> int | None:
-    """What this process can allocate without swapping: the kernel's MemAvailable, or less
-    where its cgroup (v2) has a memory limit, as Slurm's task/cgroup plugin sets one."""
-    found = []
-    try:
-        with open("/proc/meminfo") as f:
-            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
-        with open("/proc/self/cgroup") as f:
-            group = f.read().strip().rpartition("::")[2]
-        with open(f"/sys/fs/cgroup{group}/memory.max") as f:
-            limit = f.read().strip()
-        if limit.isdigit():
-            with open(f"/sys/fs/cgroup{group}/memory.current") as f:
-                found.append(int(limit) - int(f.read()))
-    except (OSError, ValueError):
-        pass
-    return min(found) if found else None
-
-
 class DQNActors(Actors):
     def __init__(self, cfg: Config, learner: Learner, rank: int, restart: int,
                  samplers: Callable[["DQNActors"], Samplers] = lambda node: Samplers(node, node.cfg)):
@@ -235,7 +217,7 @@ class DQNActors(Actors):
 
     def check_memory(self, local_ranks: int) -> None:
         need = self.memory.nbytes * local_ranks
-        available = _available_memory()
+        available = available_memory()
         if available is not None and need > available:
             raise DdrlError(
                 f"config key dqn.replay_frames: {self.cfg.dqn.replay_frames:,} frames need "

@@ -126,11 +126,25 @@ WORKER_DEATHS = 3
 
 @dataclass
 class Snapshot:
-    """Weights to evaluate, and the update, frames and wall time at which they were taken."""
+    """Weights to evaluate, and the update, frames and wall time at which they were taken.
+    A confirmation (`prior`: what these weights scored already) plays `episodes` more games
+    of its own seeds; its result is over all the games."""
     weights: np.ndarray
     update: int
     frames: int
     wall_time: float
+    prior: EvalResult | None = None
+    episodes: int = 0
+
+
+def pooled(a: EvalResult, b: EvalResult) -> EvalResult:
+    """One result over the games of both."""
+    n = a.episodes + b.episodes
+    mean = (a.mean * a.episodes + b.mean * b.episodes) / n
+    square = ((a.std ** 2 + a.mean ** 2) * a.episodes + (b.std ** 2 + b.mean ** 2) * b.episodes) / n
+    actions = None if a.actions is None or b.actions is None else a.actions + b.actions
+    return EvalResult(mean, float(np.sqrt(max(square - mean ** 2, 0.0))), max(a.max, b.max), n,
+                      actions)
 
 
 @dataclass
@@ -188,10 +202,12 @@ class BackgroundEvaluator:
     def start(self, snapshot: Snapshot) -> None:
         if self._proc is None:
             self._spawn()
-        seed = derive_seed(self._cfg.run.seed, 0, f"eval/{snapshot.update}")
+        stream = "confirm" if snapshot.prior is not None else "eval"
+        seed = derive_seed(self._cfg.run.seed, 0, f"{stream}/{snapshot.update}")
         self._pending = _Pending(snapshot, time.monotonic())
         try:
-            self._to.send((snapshot.weights, snapshot.update, self._cfg.eval.episodes, seed))
+            self._to.send((snapshot.weights, snapshot.update,
+                           snapshot.episodes or self._cfg.eval.episodes, seed))
         except OSError:
             pass  # a worker that died: poll tells
 
@@ -234,6 +250,8 @@ class BackgroundEvaluator:
         self._cpu += cpu
         self._last_cpu = cpu
         snap = pending.snapshot
+        if snap.prior is not None:
+            result = pooled(snap.prior, result)
         return EvalDone(snap.update, snap.frames, snap.wall_time, result, snap.weights,
                         time.monotonic() - pending.started, cpu)
 

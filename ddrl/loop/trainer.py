@@ -56,6 +56,10 @@ def _save(directory: Path, ckpt: checkpoint.Checkpoint, keep: int,
     return checkpoint.save(directory, ckpt, keep)
 
 
+def _clock(seconds: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(seconds))
+
+
 class Trainer:
     def __init__(self, cfg: Config, world: World, learner: Learner, actors: Actors, sync: Sync,
                  run_dir: Path, counters: Counters, log: RunLog | None,
@@ -271,9 +275,28 @@ class Trainer:
         return Snapshot(self.learner.get_weights(), c.update, c.frames, c.wall_time)
 
     def _poll_eval(self, wait: bool, stop: threading.Event | None = None) -> None:
-        done = self.evaluator.poll(wait=wait, stop=stop) if self.evaluator is not None else None
-        if done is not None:
+        """A finished evaluation logged; one that crossed the target goes on at once with its
+        confirmation (waited for too, with `wait`)."""
+        while self.evaluator is not None:
+            done = self.evaluator.poll(wait=wait, stop=stop)
+            if done is None:
+                return
             self._log_eval(done)
+            confirm = self._confirmation(done)
+            if confirm is None:
+                return
+            self.evaluator.start(confirm)
+            if not wait:
+                return
+
+    def _confirmation(self, done: EvalDone) -> Snapshot | None:
+        """The games still owed by weights whose evaluation crossed the target, before the
+        crossing counts (eval.confirm_episodes in all); None when there are none."""
+        target, res, needed = self.cfg.eval.target, done.result, self.cfg.eval.confirm_episodes
+        if target is None or res.mean < target or res.episodes >= needed:
+            return None
+        return Snapshot(done.weights, done.update, done.frames, done.wall_time, prior=res,
+                        episodes=needed - res.episodes)
 
     def _play_owed(self, stop: threading.Event, on_budget: bool) -> None:
         """The weights due and not yet scored, oldest first, until one reaches the target (the
@@ -333,7 +356,11 @@ class Trainer:
                 if i < hit:
                     self._log_eval(done)
                     logged.add(i)
-                    if done.result.mean >= self.cfg.eval.target:
+                    confirm = self._confirmation(done)
+                    if confirm is not None:  # the same worker plays the rest of the games
+                        worker.start(confirm)
+                        playing[i] = worker
+                    elif done.result.mean >= self.cfg.eval.target:
                         hit = i
             for i in [i for i in playing if i > hit]:
                 playing.pop(i).cancel()
@@ -362,8 +389,14 @@ class Trainer:
                 done.update, done.frames, done.wall_time, self.counters.restarts, done.weights,
                 [], res.mean))
         target = self.cfg.eval.target
-        if target is not None and res.mean >= target:
+        if target is not None and res.mean >= target and self._confirmation(done) is None \
+                and not self._target_reached:
             self._target_reached = True
+            now = time.perf_counter() - self._t_origin
+            say(f"[ddrl] target {target:g} reached: the weights of update {done.update} "
+                f"({done.frames:,} frames, {_clock(done.wall_time)}) scored {res.mean:.1f} over "
+                f"{res.episodes} games; known at {_clock(now)}, "
+                f"{max(now - done.wall_time, 0.0):.0f} s after they were taken")
 
     def _log_rows(self, tables: dict[str, list[dict[str, float]]]) -> None:
         """A sync backend's or the actors' own telemetry, stamped with this update."""

@@ -19,7 +19,7 @@ from ddrl.distributed.sync import LocalSync
 from ddrl.distributed.world import World
 from ddrl.log import RunLog
 from ddrl.loop.bookkeeping import NONFINITE_LIMIT, Counters
-from ddrl.loop.evaluator import EvalDone, EvalResult, Snapshot
+from ddrl.loop.evaluator import EvalDone, EvalResult, Snapshot, pooled
 from ddrl.loop.trainer import EXIT_NONFINITE, EXIT_SIGNALLED, Trainer
 from ddrl.signals import StopSignals
 
@@ -117,8 +117,10 @@ class FakeEvaluator:
     (one poll an update; `polls` may be a function of u), or at once by a poll that waits."""
 
     def __init__(self, score, polls: int = 1, processes: int = 1,
-                 started: list[int] | None = None):
+                 started: list[int] | None = None, confirm_score=None):
         self._score, self._polls, self._processes = score, polls, processes
+        # What a confirmation's further games score (by default what the first ones did).
+        self._confirm_score = confirm_score or score
         self._done: EvalDone | None = None
         self._left = 0
         self.started: list[int] = [] if started is None else started  # all siblings' starts
@@ -138,9 +140,11 @@ class FakeEvaluator:
 
     def start(self, snap) -> None:
         self.started.append(snap.update)
-        score = self._score(snap.update)
-        self._done = EvalDone(snap.update, snap.frames, snap.wall_time,
-                              EvalResult(score, 0.0, score, 10), snap.weights)
+        score = (self._score if snap.prior is None else self._confirm_score)(snap.update)
+        result = EvalResult(score, 0.0, score, snap.episodes or 10)
+        if snap.prior is not None:  # a confirmation: the same weights, more games
+            result = pooled(snap.prior, result)
+        self._done = EvalDone(snap.update, snap.frames, snap.wall_time, result, snap.weights)
         self._left = self._polls(snap.update) if callable(self._polls) else self._polls
 
     def within_budget(self) -> bool:
@@ -158,8 +162,9 @@ class FakeEvaluator:
 
 
 def make_trainer(tmp_path: Path, sets: list[str], learner=None, actors=None, evaluator=None):
+    # Every crossing counts as it is unless a test asks for confirmations.
     cfg = load_config(JOBS / "cartpole.toml", ["eval.target=none", "run.progress_seconds=1000",
-                                             *sets])
+                                             "eval.confirm_episodes=0", *sets])
     world = World()
     log = RunLog.create(tmp_path / "log.h5", {"config": cfg.to_json()})
     trainer = Trainer(cfg, world, learner or FakeLearner(), actors or FakeActors(),
@@ -391,7 +396,7 @@ def test_a_stop_during_the_owed_evaluations_leaves_the_run_resumable_and_the_res
         return update if update >= 20 else 0.0
 
     resumed = False
-    sets = ["run.max_frames=100000", "eval.every=2", "eval.target=18"]
+    sets = ["run.max_frames=100000", "eval.every=2", "eval.target=18", "eval.confirm_episodes=0"]
     first = FakeEvaluator(score, polls=7)
     previous = signal.getsignal(signal.SIGUSR1)
     try:
@@ -430,7 +435,7 @@ def test_weights_not_yet_evaluated_at_a_stop_are_played_once_the_resumed_run_hit
     def score(update: int) -> float:
         return update if update >= 20 else 0.0
 
-    sets = ["run.max_frames=100000", "eval.every=2", "eval.target=18"]
+    sets = ["run.max_frames=100000", "eval.every=2", "eval.target=18", "eval.confirm_episodes=0"]
     first = FakeEvaluator(score, polls=7)
     actors = FakeActors(on_batch=lambda n: os.kill(os.getpid(), signal.SIGUSR1) if n == 21 else None)
     previous = signal.getsignal(signal.SIGUSR1)
@@ -459,3 +464,32 @@ def test_weights_not_yet_evaluated_at_a_stop_are_played_once_the_resumed_run_hit
     assert second.started == [22, 4, 6, 8, 10, 12, 14, 16, 18, 20]
     hit = first_reaching(load_run(tmp_path)["eval"], 18.0)
     assert (hit["update"], hit["frames"]) == (20, 20 * FRAMES_PER_BATCH)
+
+
+def test_a_crossing_counts_once_the_same_weights_confirm_it_over_50_games(tmp_path, capsys):
+    sets = ["run.max_frames=100000", "eval.every=5", "eval.target=18", "eval.confirm_episodes=50"]
+    evaluator = FakeEvaluator(lambda u: 20.0 if u >= 10 else 0.0)
+    trainer = make_trainer(tmp_path, sets, evaluator=evaluator)
+    assert run(trainer) == 0
+    evals = rows(tmp_path, "eval")
+    assert evals["update"].tolist()[:3] == [5, 10, 10]
+    assert evals["episodes"].tolist()[:3] == [10, 10, 50]
+    assert evaluator.started[:3] == [5, 10, 10]  # the confirmation follows at once
+    out = capsys.readouterr().out
+    assert "[ddrl] target 18 reached: the weights of update 10" in out and "over 50 games" in out
+
+
+def test_a_crossing_the_confirmation_does_not_hold_is_no_target(tmp_path):
+    """19 over the first 10 games, 15 over the next 40: 15.8 over 50, below 18; the run trains
+    on, and the crossing at 30 whose confirmation holds is the target."""
+    sets = ["run.max_frames=100000", "eval.every=10", "eval.target=18", "eval.confirm_episodes=50"]
+    evaluator = FakeEvaluator(lambda u: 19.0 if u >= 10 else 0.0,
+                              confirm_score=lambda u: 19.0 if u >= 30 else 15.0)
+    trainer = make_trainer(tmp_path, sets, evaluator=evaluator)
+    assert run(trainer) == 0
+    evals = rows(tmp_path, "eval")
+    confirmed = evals[evals["episodes"] == 50]
+    assert confirmed["mean_return"].tolist()[0] == pytest.approx(15.8)
+    first_hit = confirmed[confirmed["mean_return"] >= 18]
+    assert first_hit["update"].tolist()[0] == 30
+    assert trainer.counters.update > 30

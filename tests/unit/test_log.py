@@ -2,12 +2,14 @@
 older formats resume."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 
+from ddrl import log as log_module
 from ddrl.errors import DdrlError
 from ddrl.log import RunLog, open_log, read_table, table_dtype
 
@@ -145,3 +147,46 @@ def test_resuming_a_log_cut_short_sets_it_aside_and_starts_a_new_one(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.damaged-1.h5", "log.h5"]
     with open_log(path) as f:
         assert f.attrs["config"] == "{}" and len(read_table(f, "episodes")) == 0
+
+
+class BrokenMirror:
+    """A mirror whose service went away (W&B's upload dying, a TensorBoard disk full)."""
+
+    def __init__(self, hang_on_close: float = 0.0):
+        self.writes, self.hang = 0, hang_on_close
+
+    def write(self, table, rows, columns):
+        self.writes += 1
+        raise ConnectionError("the service is gone")
+
+    def flush(self):
+        pass
+
+    def close(self):
+        time.sleep(self.hang)
+
+
+def test_a_failing_mirror_is_dropped_with_one_warning_and_the_log_goes_on(tmp_path, capsys):
+    log = RunLog.create(tmp_path / "log.h5", {"config": "{}"})
+    broken = BrokenMirror()
+    log.mirrors.append(broken)
+    for frames in range(5):
+        log.append("episodes", {"rank": 0, "frames": frames, "wall_time": 0.0, "return": 1.0,
+                                "length": 1})
+        log.flush()
+    log.close()
+    assert broken.writes == 1 and not log.mirrors
+    err = capsys.readouterr().err
+    assert err.count("ddrl: warning: the BrokenMirror mirror failed (the service is gone)") == 1
+    with h5py.File(tmp_path / "log.h5", "r") as f:
+        assert len(f["episodes"]) == 5
+
+
+def test_a_mirror_that_hangs_at_close_does_not_hold_the_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(log_module, "MIRROR_CLOSE_S", 0.5)
+    log = RunLog.create(tmp_path / "log.h5", {"config": "{}"})
+    log.mirrors.append(BrokenMirror(hang_on_close=30.0))
+    start = time.monotonic()
+    log.close()
+    assert time.monotonic() - start < 5
+    assert "did not close within 0.5 s" in capsys.readouterr().err
