@@ -65,6 +65,8 @@ def _run(args: argparse.Namespace, signals: StopSignals) -> int:
         with startup:
             problem = next((p for p in world.comm.allgather(problem) if p), None)
     if problem:
+        if held is not None:
+            held.close()  # the lock file too: nothing of this refused start stays behind
         error = EveryRankError(problem[0])
         error.exit_code = problem[1]  # "in use" stays retryable
         raise error

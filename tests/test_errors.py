@@ -253,7 +253,8 @@ def test_a_resume_that_does_not_fit_the_run_names_the_key_and_writes_nothing(run
                *NO_EVAL, timeout=120)
     assert res.returncode == 0, res.stderr
     def files() -> dict:
-        # .lock names whichever process held the directory last: the refused run, briefly.
+        # .lock names whichever process held the directory last: the refused run, briefly;
+        # its .lock.owner it removes.
         return {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != ".lock"}
 
     before = files()

@@ -70,10 +70,13 @@ class Point:
 
 
 def _rate(train) -> float:
-    """A run's frames/s while it trained: the median over its /train rows' intervals."""
-    d_frames, d_wall = np.diff(train["frames"].to_numpy()), np.diff(train["wall_time"].to_numpy())
-    ok = d_wall > 0
-    return float(np.median(d_frames[ok] / d_wall[ok])) if ok.any() else math.nan
+    """A run's frames/s while it trained, first to last /train row (a PPO rollout's frames
+    arrive in one step, so rows in between can show none)."""
+    if len(train) < 2:
+        return math.nan
+    first, last = train.iloc[0], train.iloc[-1]
+    seconds = float(last["wall_time"] - first["wall_time"])
+    return float(last["frames"] - first["frames"]) / seconds if seconds > 0 else math.nan
 
 
 def measure(paths: list[str], target: float | None, run_cores: int | None) -> list[Point]:
