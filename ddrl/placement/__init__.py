@@ -67,6 +67,22 @@ class Placement(Protocol):
         """A trainer's actors, once `sync` is made."""
 
 
+class NodeRanks:
+    """What the placements whose trainers are whole nodes share: no collectives of their own
+    at start, every trainer its own rank's actors (or its virtual ranks')."""
+
+    def __init__(self, cfg: Config, world: World):
+        self.cfg, self.world = cfg, world
+
+    def start(self, restarts: int) -> int:
+        return restarts
+
+    def actors(self, learner: "Learner", restarts: int) -> "Actors":
+        from ddrl.acting import make_actors
+
+        return make_actors(self.cfg, learner, self.world.rank, restarts)
+
+
 def placement_of(cfg: Config) -> type[Placement]:
     return importlib.import_module(PLACEMENTS[cfg.sync.mode]).PLACEMENT
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import importlib.util
 
 from ddrl.config import Config
-from ddrl.distributed.world import World
 from ddrl.errors import DdrlError
+from ddrl.placement import NodeRanks
 
 
-class AllReduce:
+class AllReduce(NodeRanks):
     slurm_template = None
 
     @staticmethod
@@ -32,12 +32,6 @@ class AllReduce:
     def trainer_ranks(cfg: Config, world_size: int) -> int:
         return world_size * cfg.sync.virtual_ranks
 
-    def __init__(self, cfg: Config, world: World):
-        self.cfg, self.world = cfg, world
-
-    def start(self, restarts: int) -> int:
-        return restarts
-
     @property
     def trains(self) -> bool:
         return True
@@ -55,11 +49,6 @@ class AllReduce:
 
         backend = {"mpi": MpiAllreduceSync, "horovod": HorovodSync}[self.cfg.sync.backend]
         return backend(self.world, self.cfg.sync.timeout, virtual)
-
-    def actors(self, learner, restarts: int):
-        from ddrl.acting import make_actors
-
-        return make_actors(self.cfg, learner, self.world.rank, restarts)
 
 
 PLACEMENT = AllReduce

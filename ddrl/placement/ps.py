@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from ddrl.config import Config
 from ddrl.distributed.ps import Layout, check, is_server
-from ddrl.distributed.world import World
+from ddrl.placement import NodeRanks
 
 
-class ParameterServers:
+class ParameterServers(NodeRanks):
     slurm_template = None
 
     @staticmethod
@@ -19,12 +19,6 @@ class ParameterServers:
     @staticmethod
     def trainer_ranks(cfg: Config, world_size: int) -> int:
         return Layout.of(cfg.sync.ps, world_size).workers
-
-    def __init__(self, cfg: Config, world: World):
-        self.cfg, self.world = cfg, world
-
-    def start(self, restarts: int) -> int:
-        return restarts
 
     @property
     def trains(self) -> bool:
@@ -44,11 +38,6 @@ class ParameterServers:
         from ddrl.distributed.ps_worker import PsSync
 
         return PsSync(self.cfg, self.world, learner.num_params)
-
-    def actors(self, learner, restarts: int):
-        from ddrl.acting import make_actors
-
-        return make_actors(self.cfg, learner, self.world.rank, restarts)
 
 
 PLACEMENT = ParameterServers
