@@ -76,7 +76,7 @@ def _run(args: argparse.Namespace) -> int:
 
         if launcher_rank() == 0:
             say(f"ddrl: error: {exc}", err=True)
-        return getattr(exc, "exit_code", 2)
+        return exc.exit_code
     except DdrlError as exc:
         say(f"ddrl: error: {exc}", err=True)
         if isinstance(exc, HardExitError):
@@ -84,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(2)
-        return getattr(exc, "exit_code", 2)
+        return exc.exit_code
     except KeyboardInterrupt:
         say("ddrl: interrupted", err=True)
         return 130

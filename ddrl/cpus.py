@@ -16,6 +16,10 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ddrl.config import Config
 
 
 def cores_per_rank(requested: int, local_ranks: int) -> int:
@@ -58,12 +62,13 @@ def configure_tensorflow(cores: int, deterministic: bool) -> None:
         tf.config.experimental.enable_op_determinism()
 
 
-def start_tensorflow(cfg, world) -> int:
-    """TensorFlow sized to this rank's cores (deterministic where the node mode allows it) and
-    seeded from run.seed, before any network is built; the cores."""
+def start_tensorflow(cfg: "Config", local_ranks: int) -> int:
+    """TensorFlow sized to this rank's cores, `local_ranks` sharing the node (deterministic
+    where the node mode allows it) and seeded from run.seed, before any network is built; the
+    cores."""
     from ddrl.seeding import derive_seed
 
-    cores = cores_per_rank(cfg.node.threads, world.local_size)
+    cores = cores_per_rank(cfg.node.threads, local_ranks)
     configure_tensorflow(cores, deterministic_node(cfg))
     import tensorflow as tf
 
@@ -71,7 +76,7 @@ def start_tensorflow(cfg, world) -> int:
     return cores
 
 
-def deterministic_node(cfg) -> bool:
+def deterministic_node(cfg: "Config") -> bool:
     """The node modes that run in a fixed order on one thread (a2c, dqn) reproduce a run."""
     return cfg.node.mode in ("a2c", "dqn")
 
@@ -101,10 +106,9 @@ def available_memory(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/c
         if controllers == "":
             found += _headroom(cgroups, path, "memory.max", "memory.current")
         elif "memory" in controllers.split(","):
-            found += _headroom(cgroups / controllers, path, "memory.limit_in_bytes",
-                               "memory.usage_in_bytes")
-            found += _headroom(cgroups / "memory", path, "memory.limit_in_bytes",
-                               "memory.usage_in_bytes")
+            # Mounted under the controllers' joint name, or (symlinked) under memory/.
+            for mount in {cgroups / controllers, cgroups / "memory"}:
+                found += _headroom(mount, path, "memory.limit_in_bytes", "memory.usage_in_bytes")
     return min(found) if found else None
 
 

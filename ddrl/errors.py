@@ -11,7 +11,9 @@ _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EST
 
 
 class DdrlError(Exception):
-    """A problem with the user's input or environment, reported as `ddrl: error: <message>`."""
+    """A problem with the user's input or environment, reported as `ddrl: error: <message>`
+    and this exit code."""
+    exit_code = 2
 
 
 class EveryRankError(DdrlError):

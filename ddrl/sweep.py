@@ -79,22 +79,23 @@ def _run_tasks(args: argparse.Namespace, launch: list[str], lines: list[list[str
         run_dir = Path(f"{args.out}_{task}")
         text = shlex.join([*lines[task], *[f"--set={s}" for s in args.set]])
         name = f"run {task} of {len(runs)} ({' '.join(lines[task])})"
-        if not _same_line(run_dir, text):
+        kept = _kept_line(run_dir, text)
+        if kept != text:
             failed.append(task)
-            print(f"ddrl sweep: {name}: {run_dir} holds the run of another line "
-                  f"({(run_dir / LINE).read_text().strip()!r}): the sweep file changed; "
-                  "not resumed", flush=True)
+            print(f"ddrl sweep: {name}: {run_dir} holds the run of another line ({kept!r}): "
+                  "the sweep file changed; not resumed", flush=True)
             continue
         if (run_dir / FINISHED).exists():
             print(f"ddrl sweep: {name}: finished already, in {run_dir}", flush=True)
             continue
         print(f"ddrl sweep: {name}", flush=True)
         try:
-            cmd = [*launch, sys.executable, "-m", "ddrl", "train",
-                   *train_args(job, sets, run_dir)]
+            train = train_args(job, sets, run_dir)
         except InUseError:  # setting aside a log without a checkpoint needs the lock
-            cmd = None
-        code, asked = _run_forwarding_signals(cmd) if cmd else (EXIT_IN_USE, False)
+            code, asked = EXIT_IN_USE, False
+        else:
+            code, asked = _run_forwarding_signals([*launch, sys.executable, "-m", "ddrl",
+                                                   "train", *train])
         if code == EXIT_IN_USE:
             busy.append(task)
             print(f"ddrl sweep: run {task} is in use by another run (not failed); going on "
@@ -120,14 +121,15 @@ def _run_tasks(args: argparse.Namespace, launch: list[str], lines: list[list[str
     return 0
 
 
-def _same_line(run_dir: Path, text: str) -> bool:
-    """Whether the run in `run_dir` (if any) is this line's: its text is kept with the run."""
+def _kept_line(run_dir: Path, text: str) -> str:
+    """The sweep line the run in `run_dir` was started with; `text` for a new one, which is
+    kept with it from now on."""
     kept = run_dir / LINE
     if kept.is_file():
-        return kept.read_text().strip() == text
+        return kept.read_text().strip()
     run_dir.mkdir(parents=True, exist_ok=True)
     kept.write_text(text + "\n")
-    return True
+    return text
 
 
 def _run_forwarding_signals(cmd: list[str]) -> tuple[int, bool]:

@@ -58,7 +58,7 @@ def _run(args: argparse.Namespace, signals: StopSignals) -> int:
         held = hold(run_dir) if world.is_root else None
         resumed, problem = prepare(run_dir, args.resume, world.is_root, cfg), None
     except DdrlError as exc:
-        resumed, problem = None, (str(exc), getattr(exc, "exit_code", 2))
+        resumed, problem = None, (str(exc), exc.exit_code)
     if world.comm is not None:
         # Every rank checked the run directory (shared, or its node's own); none proceeds
         # unless all agreed, and the first rank's problem is reported once for the job.
@@ -121,7 +121,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
         code = placement.serve(restarts)
         signals.job_stopping = True  # it leaves when the trainers end the job, not on signals
         return code
-    cores = start_tensorflow(cfg, world)
+    cores = start_tensorflow(cfg, world.local_size)
     from ddrl.learner import Learner
     from ddrl.loop.trainer import Trainer
 

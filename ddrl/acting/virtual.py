@@ -16,6 +16,14 @@ from ddrl.acting.base import Actors
 from ddrl.algos.batch import Batch
 
 
+def _shared(name: str) -> property:
+    """An attribute every virtual rank holds alike: read from the first, set on all."""
+    def set_all(self, value) -> None:
+        for m in self.members:
+            setattr(m, name, value)
+    return property(lambda self: getattr(self.members[0], name), set_all)
+
+
 class VirtualRanks(Actors):
     """The trainer sees one rank's counters (summed over the virtual ranks) and takes a batch
     from each of `ranks()`."""
@@ -29,23 +37,8 @@ class VirtualRanks(Actors):
         return self.members
 
     # The trainer sets these on the one object it knows; every virtual rank acts on them.
-    @property
-    def update(self) -> int:
-        return self.members[0].update
-
-    @update.setter
-    def update(self, value: int) -> None:
-        for m in self.members:
-            m.update = value
-
-    @property
-    def progress(self) -> float:
-        return self.members[0].progress
-
-    @progress.setter
-    def progress(self, value: float) -> None:
-        for m in self.members:
-            m.progress = value
+    update = _shared("update")
+    progress = _shared("progress")
 
     @property
     def frames(self) -> int:

@@ -31,7 +31,7 @@ class ParameterServers(NodeRanks):
 
         # A server holds a slice of the weights and runs no simulators; it leaves after the
         # workers.
-        start_tensorflow(self.cfg, self.world)
+        start_tensorflow(self.cfg, self.world.local_size)
         return serve(self.cfg, self.world, *env_spec(self.cfg))
 
     def sync(self, learner, spec):
