@@ -37,15 +37,13 @@ from ddrl.loop.bookkeeping import (
 from ddrl.loop.evaluator import BackgroundEvaluator, EvalDone, Snapshot, evaluate
 from ddrl.loop.faults import Faults
 from ddrl.loop.progress import Progress
+from ddrl.loop.schedule import EvalSchedule
 from ddrl.output import say
 from ddrl.seeding import derive_seed
 from ddrl.signals import StopSignals
 
 EXIT_SIGNALLED = 3
 EXIT_NONFINITE = 5
-# The weights kept for evaluations skipped while the evaluator played (see _maybe_start_eval),
-# all since the run's start: at most this many bytes, the oldest dropped first.
-SKIPPED_BYTES = 256 << 20
 
 
 def _save(directory: Path, ckpt: checkpoint.Checkpoint, keep: int,
@@ -54,10 +52,6 @@ def _save(directory: Path, ckpt: checkpoint.Checkpoint, keep: int,
     # which a resume drops, rather than the checkpoint without its newest unplayed.
     checkpoint.save_unplayed(directory, unplayed)
     return checkpoint.save(directory, ckpt, keep)
-
-
-def _clock(seconds: float) -> str:
-    return time.strftime("%H:%M:%S", time.gmtime(seconds))
 
 
 class Trainer:
@@ -79,24 +73,8 @@ class Trainer:
         self._last_sync = 0.0
         self._nonfinite_streak = 0
         learner.schedule(counters.frames)  # the first update's rate (a warm-up's, a resume's)
-        self._target_reached = False
-        self._eval_mark = counters.update  # the update of the last evaluation started
-        self._skipped: list[Snapshot] = []  # due while the evaluator played, since its start
-        # All those skipped before the last evaluation started, whatever the evaluations
-        # between them scored (a noisy score below the target says nothing certain of earlier
-        # weights): after a hit, those before the hit (no evaluation starts after one).
-        self._gap: list[Snapshot] = []
         self._best = checkpoint.best_score(run_dir / "checkpoints") if world.is_root else None
-        if world.is_root and cfg.eval.target is not None:
-            kept = [Snapshot(u.weights, u.update, u.frames, u.wall_time) for u in
-                    checkpoint.load_unplayed(run_dir / "checkpoints", counters.update)]
-            # Resumed after its hit (a stop cut the owed evaluations short): it trains no
-            # further and plays the weights it still owes.
-            self._target_reached = self._best is not None and self._best >= cfg.eval.target
-            if self._target_reached:
-                self._gap = kept
-            else:
-                self._skipped = kept
+        self._schedule = self._resumed_schedule() if world.is_root else None
         self._last_checkpoint = time.monotonic()
         # Periodic checkpoints are written off the training thread (a large net's .npz takes
         # seconds on a slow shared filesystem); one at a time, and a failed write surfaces at
@@ -158,7 +136,7 @@ class Trainer:
 
     def _root_stop(self) -> str:
         """Rank 0 alone evaluates and keeps the clock; frames are global, so all agree on them."""
-        if self._target_reached:
+        if self._schedule.target_reached:
             return "target"
         max_minutes = self.cfg.run.max_minutes
         if max_minutes and self.counters.wall_time >= max_minutes * 60:
@@ -197,8 +175,8 @@ class Trainer:
         if c.update % self.cfg.run.log_every == 0:
             self._log_update(batch, stats, step, res,
                              ranks.reshape(self.world.size, len(RANK_FIELDS)))
-        self._poll_eval(wait=False)
-        self._maybe_start_eval()
+        self._schedule.poll(wait=False)
+        self._schedule.due(c.update, self._snapshot)
         if time.monotonic() - self._last_checkpoint >= self.cfg.run.checkpoint_minutes * 60:
             self._checkpoint(background=True)
             self._last_checkpoint = time.monotonic()
@@ -234,169 +212,37 @@ class Trainer:
         self._log_rows(self.actors.pop_rows(self._window.updates))
         self._window = Window(start=c.wall_time)
 
-    def _maybe_start_eval(self) -> None:
-        """At each eval.every-th update, or at the first after it when the evaluator was still
-        playing or over its CPU share then: the newest weights first, so the run follows its
-        progress. With a target, the weights due meanwhile are kept and played once the run
-        is over (`_play_owed`): the evaluator's pace (a nice-19 evaluator takes minutes per
-        evaluation of long games) delays the run's end, not its time to target."""
-        c, ev, every = self.counters, self.evaluator, self.cfg.eval.every
-        if ev is None or not self.cfg.eval.episodes or self._target_reached \
-                or c.update // every <= self._eval_mark // every:
-            return
-        if not ev.busy and ev.within_budget():
-            ev.start(self._snapshot())
-            self._gap, self._skipped = [*self._gap, *self._skipped], []
-            self._eval_mark = c.update
-            return
-        last_kept = self._skipped[-1].update if self._skipped else self._eval_mark
-        if self.cfg.eval.target is not None and c.update // every > last_kept // every:
-            self._skipped.append(self._snapshot())
-            over = len(self._gap) + len(self._skipped) - max(
-                1, SKIPPED_BYTES // self._skipped[-1].weights.nbytes)
-            if over > 0:
-                dropped = min(over, len(self._gap))
-                del self._gap[:dropped]
-                del self._skipped[:over - dropped]
-
-    def _unplayed(self) -> list[Snapshot]:
-        """The weights due and not yet scored: those skipped before the last evaluation, its
-        own while it plays, those skipped since; after a hit, those skipped before it (the
-        later ones cannot come before it)."""
-        if self.cfg.eval.target is None:
-            return []
-        if self._target_reached:
-            return list(self._gap)
-        playing = self.evaluator.playing if self.evaluator is not None else None
-        return [*self._gap, *([playing] if playing else []), *self._skipped]
-
     def _snapshot(self) -> Snapshot:
         c = self.counters
         return Snapshot(self.learner.get_weights(), c.update, c.frames, c.wall_time)
-
-    def _poll_eval(self, wait: bool, stop: threading.Event | None = None) -> None:
-        """A finished evaluation logged; one that crossed the target goes on at once with its
-        confirmation (waited for too, with `wait`)."""
-        while self.evaluator is not None:
-            done = self.evaluator.poll(wait=wait, stop=stop)
-            if done is None:
-                return
-            self._log_eval(done)
-            confirm = self._confirmation(done)
-            if confirm is None:
-                return
-            self.evaluator.start(confirm)
-            if not wait:
-                return
-
-    def _confirmation(self, done: EvalDone) -> Snapshot | None:
-        """The games still owed by weights whose evaluation crossed the target, before the
-        crossing counts (eval.confirm_episodes in all); None when there are none."""
-        target, res, needed = self.cfg.eval.target, done.result, self.cfg.eval.confirm_episodes
-        if target is None or res.mean < target or res.episodes >= needed:
-            return None
-        return Snapshot(done.weights, done.update, done.frames, done.wall_time, prior=res,
-                        episodes=needed - res.episodes)
-
-    def _play_owed(self, stop: threading.Event, on_budget: bool) -> None:
-        """The weights due and not yet scored, oldest first, until one reaches the target (the
-        run is over: the evaluator has the cores, and as many evaluator processes as there are
-        cores play side by side). After a hit, those skipped before the evaluation that hit;
-        after a run that used its budget without a hit, all it kept: so the time to target is
-        the one an evaluation every eval.every updates would have found, not the evaluator's
-        pace. Each is logged with its own update, frames and wall time, after the run's rows:
-        /eval is in logged order, which `analysis` sorts by update. Those left unplayed (a stop
-        signal, a worker that died) stay in checkpoints/unplayed.npz."""
-        if self._target_reached:
-            owed, why = self._gap, "target reached; evaluating the weights skipped before the " \
-                "ones that reached it"
-        elif on_budget:  # without a target nothing is kept: the lists are empty
-            owed, why = [*self._gap, *self._skipped], "target not reached; evaluating the " \
-                "weights the evaluator had no time for"
-        else:
-            return
-        if not owed:
-            return
-        workers = [self.evaluator, *self.evaluator.siblings(len(owed) - 1)]
-        say(f"[ddrl] {why} ({len(owed)}, updates {owed[0].update}-{owed[-1].update}), oldest "
-            f"first, until one reaches it; {len(workers)} evaluator process(es)")
-        left = self._play_in_order(owed, workers, stop)
-        for worker in workers[1:]:
-            worker.cancel()
-        if len(left) < len(owed):  # else the final checkpoint's unplayed.npz holds them all
-            checkpoint.save_unplayed(self.run_dir / "checkpoints", self._as_checkpoints(left))
-
-    def _play_in_order(self, owed: list[Snapshot], workers: list[BackgroundEvaluator],
-                       stop: threading.Event) -> list[Snapshot]:
-        """`owed` played in order on `workers`, each starting the next when free, until the
-        earliest to reach the target is known: all before it played, none after it started
-        (those after it still playing are abandoned). Those still owed: unplayed before the
-        first hit (a stop, a worker that died)."""
-        playing: dict[int, BackgroundEvaluator] = {}
-        logged: set[int] = set()
-        hit, upcoming = len(owed), 0  # hit: the earliest index known to reach the target
-        while not stop.is_set():
-            for worker in workers:
-                if not worker.busy and upcoming < hit:
-                    worker.start(owed[upcoming])
-                    playing[upcoming] = worker
-                    upcoming += 1
-            if not playing:
-                break
-            progressed = False
-            for i, worker in list(playing.items()):
-                done = worker.poll()
-                if done is None and worker.busy:
-                    continue
-                del playing[i]
-                progressed = True
-                if done is None:  # its worker died (a warning said so): none starts after it
-                    upcoming = len(owed)
-                    continue
-                if i < hit:
-                    self._log_eval(done)
-                    logged.add(i)
-                    confirm = self._confirmation(done)
-                    if confirm is not None:  # the same worker plays the rest of the games
-                        worker.start(confirm)
-                        playing[i] = worker
-                    elif done.result.mean >= self.cfg.eval.target:
-                        hit = i
-            for i in [i for i in playing if i > hit]:
-                playing.pop(i).cancel()
-            if not progressed:
-                time.sleep(0.05)
-        for worker in playing.values():
-            worker.cancel()
-        return [snap for i, snap in enumerate(owed[:hit]) if i not in logged]
 
     def _as_checkpoints(self, snaps: list[Snapshot]) -> list[checkpoint.Checkpoint]:
         return [checkpoint.Checkpoint(s.update, s.frames, s.wall_time, self.counters.restarts,
                                       s.weights, []) for s in snaps]
 
-    def _log_eval(self, done: EvalDone) -> None:
+    def _resumed_schedule(self) -> EvalSchedule:
+        cfg, c = self.cfg.eval, self.counters
+        kept = [Snapshot(u.weights, u.update, u.frames, u.wall_time) for u in
+                checkpoint.load_unplayed(self.run_dir / "checkpoints", c.update)
+                ] if cfg.target is not None else []
+        reached = cfg.target is not None and self._best is not None and self._best >= cfg.target
+        return EvalSchedule(cfg, self.evaluator, self._record_eval,
+                            lambda: time.perf_counter() - self._t_origin, c.update, kept, reached)
+
+    def _record_eval(self, done: EvalDone, newest: bool) -> None:
         res = done.result
         self.log.append("eval", {"update": done.update, "frames": done.frames,
                                  "wall_time": done.wall_time, "mean_return": res.mean,
                                  "std_return": res.std, "max_return": res.max,
                                  "episodes": res.episodes, "seconds": done.seconds,
                                  "cpu_seconds": done.cpu_seconds})
-        if done.update >= self._eval_mark:  # not a backfilled one: the newest score
+        if newest:
             self.progress.eval_score = res.mean
         if self._best is None or res.mean > self._best:
             self._best = res.mean
             checkpoint.save_best(self.run_dir / "checkpoints", checkpoint.Checkpoint(
                 done.update, done.frames, done.wall_time, self.counters.restarts, done.weights,
                 [], res.mean))
-        target = self.cfg.eval.target
-        if target is not None and res.mean >= target and self._confirmation(done) is None \
-                and not self._target_reached:
-            self._target_reached = True
-            now = time.perf_counter() - self._t_origin
-            say(f"[ddrl] target {target:g} reached: the weights of update {done.update} "
-                f"({done.frames:,} frames, {_clock(done.wall_time)}) scored {res.mean:.1f} over "
-                f"{res.episodes} games; known at {_clock(now)}, "
-                f"{max(now - done.wall_time, 0.0):.0f} s after they were taken")
 
     def _log_rows(self, tables: dict[str, list[dict[str, float]]]) -> None:
         """A sync backend's or the actors' own telemetry, stamped with this update."""
@@ -422,7 +268,7 @@ class Trainer:
         args = (self.run_dir / "checkpoints", checkpoint.Checkpoint(
             c.update, c.frames, c.wall_time, c.restarts, weights,
             [a.copy() for a in self.learner.get_optimizer_state()]),
-            self.cfg.run.keep_checkpoints, self._as_checkpoints(self._unplayed()))
+            self.cfg.run.keep_checkpoints, self._as_checkpoints(self._schedule.unplayed()))
         if background:
             self._writing = self._writer.submit(_save, *args)
             return None
@@ -464,8 +310,10 @@ class Trainer:
         closed. False when a stop signal cut them short: the owed ones, the final one."""
         c = self.counters
         if reason != "signal":
-            self._poll_eval(wait=True, stop=signalled)
-            self._play_owed(signalled, on_budget=reason in ("frames", "time"))
+            self._schedule.poll(wait=True, stop=signalled)
+            left = self._schedule.play_owed(signalled, on_budget=reason in ("frames", "time"))
+            if left is not None:  # else the final checkpoint's unplayed.npz holds them all
+                checkpoint.save_unplayed(self.run_dir / "checkpoints", self._as_checkpoints(left))
         if self.evaluator is not None:
             self.evaluator.cancel()
         complete = reason == "signal" or not signalled.is_set()
@@ -481,7 +329,7 @@ class Trainer:
                            derive_seed(self.cfg.run.seed, 0, f"final-eval/{c.update}"), signalled)
             complete = res is not None
             if complete:
-                self._log_eval(EvalDone(c.update, c.frames, c.wall_time, res,
+                self._schedule.finished(EvalDone(c.update, c.frames, c.wall_time, res,
                                         self.learner.get_weights(), time.monotonic() - wall,
                                         time.process_time() - cpu))
         if not complete:

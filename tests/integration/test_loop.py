@@ -375,7 +375,7 @@ def test_owed_evaluations_side_by_side_find_the_earliest_hit_whichever_ends_firs
     trainer = make_trainer(tmp_path, ["eval.target=18"], evaluator=evaluator)
     owed = [Snapshot(np.zeros(1, np.float32), u, u * FRAMES_PER_BATCH, float(u))
             for u in (16, 18, 20, 22)]
-    left = trainer._play_in_order(owed, [evaluator, *evaluator.siblings(3)], threading.Event())
+    left = trainer._schedule.play_in_order(owed, [evaluator, *evaluator.siblings(3)], threading.Event())
     trainer.log.close()
     assert evaluator.started == [16, 18, 20] and left == []
     assert rows(tmp_path, "eval")["update"].tolist() == [20, 16, 18]  # in the order they ended

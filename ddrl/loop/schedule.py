@@ -1,0 +1,207 @@
+"""Which weights rank 0's evaluator plays, and when: the newest due ones while the run trains,
+a confirmation for a crossing, and after the run the weights it had no time for, so that the
+time to target is the one an evaluation every eval.every updates would have found.
+
+Invariants (tests/unit/test_eval_schedule.py):
+- `skipped`: weights due while the evaluator played, since its last start, in update order;
+- `gap`: all those skipped before the last evaluation started, whatever the evaluations
+  between them scored (a noisy score below the target says nothing certain of earlier
+  weights); after a hit, those before the hit (no evaluation starts after one);
+- together at most SKIPPED_BYTES of weights, the oldest dropped first;
+- a crossing counts once the same weights have played eval.confirm_episodes games in all.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from ddrl.config import EvalConfig
+from ddrl.loop.evaluator import EvalDone, Snapshot
+from ddrl.output import say
+
+SKIPPED_BYTES = 256 << 20
+
+
+class Evaluator(Protocol):
+    """What the schedule needs of an evaluator (loop/evaluator.py's BackgroundEvaluator)."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    @property
+    def playing(self) -> Snapshot | None: ...
+
+    def within_budget(self) -> bool: ...
+
+    def start(self, snapshot: Snapshot) -> None: ...
+
+    def poll(self, wait: bool = False, stop: threading.Event | None = None) -> EvalDone | None: ...
+
+    def siblings(self, most: int) -> list[Evaluator]: ...
+
+    def cancel(self) -> None: ...
+
+
+def _clock(seconds: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(seconds))
+
+
+class EvalSchedule:
+    """`record(done, newest)` is called with every finished evaluation, in the order they end
+    (`newest`: not a backfilled one); `clock()` is the run's wall time."""
+
+    def __init__(self, cfg: EvalConfig, evaluator: Evaluator | None,
+                 record: Callable[[EvalDone, bool], None], clock: Callable[[], float],
+                 mark: int = 0, kept: list[Snapshot] | None = None, reached: bool = False):
+        self.cfg, self.evaluator, self._record, self._clock = cfg, evaluator, record, clock
+        self.mark = mark  # the update of the last evaluation started
+        # A run resumed after its hit (a stop cut the owed evaluations short) trains no further
+        # and plays the weights it still owes.
+        self.target_reached = reached
+        self.skipped: list[Snapshot] = [] if reached else list(kept or [])
+        self.gap: list[Snapshot] = list(kept or []) if reached else []
+
+    def due(self, update: int, snapshot: Callable[[], Snapshot]) -> None:
+        """At each eval.every-th update, or at the first after it when the evaluator was still
+        playing or over its CPU share then: the newest weights first, so the run follows its
+        progress. With a target, the weights due meanwhile are kept for `play_owed`: the
+        evaluator's pace (a nice-19 evaluator takes minutes per evaluation of long games)
+        delays the run's end, not its time to target."""
+        ev, every = self.evaluator, self.cfg.every
+        if ev is None or not self.cfg.episodes or self.target_reached \
+                or update // every <= self.mark // every:
+            return
+        if not ev.busy and ev.within_budget():
+            ev.start(snapshot())
+            self.gap, self.skipped = [*self.gap, *self.skipped], []
+            self.mark = update
+            return
+        last_kept = self.skipped[-1].update if self.skipped else self.mark
+        if self.cfg.target is not None and update // every > last_kept // every:
+            self.skipped.append(snapshot())
+            over = len(self.gap) + len(self.skipped) - max(
+                1, SKIPPED_BYTES // self.skipped[-1].weights.nbytes)
+            if over > 0:
+                dropped = min(over, len(self.gap))
+                del self.gap[:dropped]
+                del self.skipped[:over - dropped]
+
+    def unplayed(self) -> list[Snapshot]:
+        """The weights due and not yet scored: those skipped before the last evaluation, its
+        own while it plays, those skipped since; after a hit, those skipped before it (the
+        later ones cannot come before it)."""
+        if self.cfg.target is None:
+            return []
+        if self.target_reached:
+            return list(self.gap)
+        playing = self.evaluator.playing if self.evaluator is not None else None
+        return [*self.gap, *([playing] if playing else []), *self.skipped]
+
+    def poll(self, wait: bool, stop: threading.Event | None = None) -> None:
+        """A finished evaluation recorded; one that crossed the target goes on at once with its
+        confirmation (waited for too, with `wait`)."""
+        while self.evaluator is not None:
+            done = self.evaluator.poll(wait=wait, stop=stop)
+            if done is None:
+                return
+            self.finished(done)
+            confirm = self._confirmation(done)
+            if confirm is None:
+                return
+            self.evaluator.start(confirm)
+            if not wait:
+                return
+
+    def _confirmation(self, done: EvalDone) -> Snapshot | None:
+        """The games still owed by weights whose evaluation crossed the target, before the
+        crossing counts (eval.confirm_episodes in all); None when there are none."""
+        target, res, needed = self.cfg.target, done.result, self.cfg.confirm_episodes
+        if target is None or res.mean < target or res.episodes >= needed:
+            return None
+        return Snapshot(done.weights, done.update, done.frames, done.wall_time, prior=res,
+                        episodes=needed - res.episodes)
+
+    def finished(self, done: EvalDone) -> None:
+        """`done` recorded; the target reached when it is confirmed."""
+        self._record(done, done.update >= self.mark)
+        target, res = self.cfg.target, done.result
+        if target is None or res.mean < target or self._confirmation(done) is not None \
+                or self.target_reached:
+            return
+        self.target_reached = True
+        now = self._clock()
+        say(f"[ddrl] target {target:g} reached: the weights of update {done.update} "
+            f"({done.frames:,} frames, {_clock(done.wall_time)}) scored {res.mean:.1f} over "
+            f"{res.episodes} games; known at {_clock(now)}, "
+            f"{max(now - done.wall_time, 0.0):.0f} s after they were taken")
+
+    def play_owed(self, stop: threading.Event, on_budget: bool) -> list[Snapshot] | None:
+        """The weights due and not yet scored, oldest first, until one reaches the target (the
+        run is over: the evaluator has the cores, and as many evaluator processes as there are
+        cores play side by side). After a hit, those skipped before the evaluation that hit;
+        after a run that used its budget without a hit, all it kept. Each is recorded with its
+        own update, frames and wall time, after the run's rows. Returns those still owed (a
+        stop signal, a worker that died), or None when none were played."""
+        if self.target_reached:
+            owed, why = self.gap, "target reached; evaluating the weights skipped before the " \
+                "ones that reached it"
+        elif on_budget:  # without a target nothing is kept: the lists are empty
+            owed, why = [*self.gap, *self.skipped], "target not reached; evaluating the " \
+                "weights the evaluator had no time for"
+        else:
+            return None
+        if not owed:
+            return None
+        workers = [self.evaluator, *self.evaluator.siblings(len(owed) - 1)]
+        say(f"[ddrl] {why} ({len(owed)}, updates {owed[0].update}-{owed[-1].update}), oldest "
+            f"first, until one reaches it; {len(workers)} evaluator process(es)")
+        left = self.play_in_order(owed, workers, stop)
+        for worker in workers[1:]:
+            worker.cancel()
+        return left
+
+    def play_in_order(self, owed: list[Snapshot], workers: list[Evaluator],
+                      stop: threading.Event) -> list[Snapshot]:
+        """`owed` played in order on `workers`, each starting the next when free, until the
+        earliest to reach the target is known: all before it played, none after it started
+        (those after it still playing are abandoned). Those still owed: unplayed before the
+        first hit (a stop, a worker that died)."""
+        playing: dict[int, Evaluator] = {}
+        finished: set[int] = set()
+        hit, upcoming = len(owed), 0  # hit: the earliest index known to reach the target
+        while not stop.is_set():
+            for worker in workers:
+                if not worker.busy and upcoming < hit:
+                    worker.start(owed[upcoming])
+                    playing[upcoming] = worker
+                    upcoming += 1
+            if not playing:
+                break
+            progressed = False
+            for i, worker in list(playing.items()):
+                done = worker.poll()
+                if done is None and worker.busy:
+                    continue
+                del playing[i]
+                progressed = True
+                if done is None:  # its worker died (a warning said so): none starts after it
+                    upcoming = len(owed)
+                    continue
+                if i < hit:
+                    self.finished(done)
+                    finished.add(i)
+                    confirm = self._confirmation(done)
+                    if confirm is not None:  # the same worker plays the rest of the games
+                        worker.start(confirm)
+                        playing[i] = worker
+                    elif done.result.mean >= self.cfg.target:
+                        hit = i
+            for i in [i for i in playing if i > hit]:
+                playing.pop(i).cancel()
+            if not progressed:
+                time.sleep(0.05)
+        for worker in playing.values():
+            worker.cancel()
+        return [snap for i, snap in enumerate(owed[:hit]) if i not in finished]
