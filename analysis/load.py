@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
 import h5py
+import numpy as np
 import pandas as pd
 
 from ddrl.config import Config, current_keys
@@ -48,8 +49,8 @@ class Run:
         """`section.key -> value`, plus `ranks` (the world size), for comparing runs.
 
         A key the log lacks takes today's default: a log written before the key existed ran
-        with the behaviour its default keeps (and the one key that can be none, eval.target,
-        defaults to none), so an old run and a new one differ only where their settings do."""
+        with the behaviour its default keeps (the keys that can be none, eval.target and
+        eval.max_return, default to none), so an old run and a new one differ only where their settings do."""
         flat = {**_DEFAULTS, **current_keys(_flat(self.config))}
         flat["ranks"] = self.world_size
         return flat
@@ -154,7 +155,12 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
                   else pd.DataFrame(columns=[c for c, _ in TABLES[t]]) for t in TABLES}
     # Evaluations of skipped weights are played after the one that hit the target (the
     # trainer's backfill): in the order of the weights, the first row reaching it is the first.
-    tables["eval"] = tables["eval"].sort_values("update", kind="stable", ignore_index=True)
+    evals = tables["eval"].sort_values("update", kind="stable", ignore_index=True)
+    # Evaluations stopped once the target was out of reach are no scores (their games are the
+    # first to end): kept apart, for what they cost.
+    cut = evals["cut"].to_numpy(bool) if "cut" in evals else np.zeros(len(evals), bool)
+    tables["eval"] = evals[~cut].reset_index(drop=True)
+    tables["eval_cut"] = evals[cut].reset_index(drop=True)
     return Run(path=log, name=name or _run_name(log), config=attrs.pop("config"),
                attrs=attrs, tables=tables)
 

@@ -225,6 +225,12 @@ class EvalConfig:
     # games in all with a mean at the target (the paper's 50): the first eval.episodes, then
     # the rest at once; eval.episodes or fewer: every evaluation counts as it is.
     confirm_episodes: int = 50
+    # The most one game can score (Pong: 21): an evaluation stops as soon as that score in
+    # every game still to end could not bring its mean to the target; none: all are played.
+    max_return: float | None = None
+    # While a crossing's confirmation plays, every rank waits (synchronous placements): the
+    # evaluator gets the cores, and the run knows in seconds whether it is done.
+    pause_to_confirm: bool = True
     # Probability of a random action instead of the greedy one (0: greedy, as in the paper).
     epsilon: float = 0.0
     # The evaluator process's niceness: at 19 it plays on the CPU time the ranks leave idle.
@@ -482,6 +488,9 @@ def validate(cfg: Config) -> None:
     if cfg.node.mode == "a2c" and rollout > cfg.run.max_frames:
         raise DdrlError(f"config key run.max_frames: {cfg.run.max_frames:,} is less than one rollout "
                         f"of one rank (node.n_sim x node.t_max x env.frame_skip = {rollout:,} frames)")
+    if None not in (cfg.eval.target, cfg.eval.max_return) and cfg.eval.max_return < cfg.eval.target:
+        raise DdrlError(f"config key eval.max_return: {cfg.eval.max_return:g} is below eval.target "
+                        f"{cfg.eval.target:g}, which could then never be reached")
     if cfg.eval.target is not None and cfg.eval.episodes == 0:
         raise DdrlError(f"config key eval.target: {cfg.eval.target:g} can never be reached with "
                         "eval.episodes = 0 (no evaluations): also set eval.target = none")

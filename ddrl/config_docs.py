@@ -172,6 +172,12 @@ DOCS = {
     "eval.confirm_episodes": "games the weights that cross `eval.target` play in all before the "
                              "run counts the target reached (the paper's 50; the rest played "
                              "at once, their mean over all of them must be at the target)",
+    "eval.max_return": "the most one game can score (Pong: 21): an evaluation stops once even "
+                       "that in every game left could not bring its mean to `eval.target` "
+                       "(`none`: all are played)",
+    "eval.pause_to_confirm": "while a crossing of `eval.target` plays its confirmation, every "
+                             "rank waits (all-reduce placements), so the evaluator has the "
+                             "cores and the run knows at once",
     "eval.target": "stop when an evaluation's mean reaches this score (`none`: never)",
     "eval.epsilon": "probability of a random action in evaluation (0: greedy, as in the paper; "
                     "DQN's convention is 0.05)",

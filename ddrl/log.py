@@ -42,6 +42,9 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         # What the evaluation took: wall seconds, and the evaluator's CPU seconds (0 for the
         # final evaluation, played by rank 0 itself).
         ("seconds", "f4"), ("cpu_seconds", "f4"),
+        # 1: stopped once eval.target was out of reach (eval.max_return); its mean is over the
+        # games that ended first and is no score.
+        ("cut", "i1"),
     ],
     "ranks": [
         ("update", "i8"), ("wall_time", "f8"), ("rank", "i4"), ("frames", "i8"),

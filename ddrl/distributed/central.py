@@ -413,6 +413,8 @@ class CentralSync(LocalSync):
     holds the actor ranks until it has saved, or ends the job if one was left out."""
 
     name = "central"
+    # The actor ranks go on simulating whatever the learner does.
+    lockstep = False
 
     def __init__(self, world: World, own_comm: Any, pool: RemotePool):
         super().__init__(World(0, 1, world.local_rank, world.local_size, world.hosts, own_comm,

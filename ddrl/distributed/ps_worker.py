@@ -49,6 +49,7 @@ class WorkerWorld(World):
 
 class PsSync(LocalSync):
     name = "ps"
+    lockstep = False
 
     def __init__(self, cfg: Config, world: World, num_params: int):
         layout, own_comm = split(cfg, world)

@@ -68,6 +68,9 @@ class Sync(Protocol):
     name: str
     # The ranks that run the trainer loop, as one world of their own.
     world: World
+    # Every trainer rank takes part in every update (all see the same side channel at once):
+    # they can pause together.
+    lockstep: bool
 
     def broadcast(self, array: np.ndarray) -> np.ndarray:
         """Rank 0's array on every rank of the job."""
@@ -122,6 +125,7 @@ class LocalSync:
     the job (`contributors`), as that job's own all-reduce would."""
 
     name = "none"
+    lockstep = True
 
     def __init__(self, world: World, virtual: int = 1):
         self.world = world

@@ -19,9 +19,10 @@ NONFINITE_LIMIT = 10
 
 def side_channel(ranks: int) -> Schema:
     """Summed over the ranks with the gradient: how many ranks received a stop signal, rank
-    0's stop code (an index into ROOT_STOPS), the frames simulated, and each rank's figures
+    0's stop code (an index into ROOT_STOPS), whether rank 0 asks all to pause while it
+    confirms a crossing of the target, the frames simulated, and each rank's figures
     (RANK_FIELDS) in a block of its own."""
-    return Schema("signalled", "stop", "frames", ("ranks", len(RANK_FIELDS) * ranks),
+    return Schema("signalled", "stop", "pause", "frames", ("ranks", len(RANK_FIELDS) * ranks),
                   dtype=np.float32)
 
 

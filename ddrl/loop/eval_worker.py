@@ -65,7 +65,7 @@ def main(fd_in: int, fd_out: int, cpus: set[int]) -> int:
     # One core's worth: a batch of at most 16 observations gains little from more threads.
     configure_tensorflow(1, deterministic)
     from ddrl.learner import Learner
-    from ddrl.loop.evaluator import evaluate
+    from ddrl.loop.evaluator import evaluate, out_of_reach
 
     learner = Learner(cfg, *spec)
     # Start-up (TensorFlow's import, the model's build) happens once a run, as the ranks' own
@@ -73,11 +73,11 @@ def main(fd_in: int, fd_out: int, cpus: set[int]) -> int:
     # counts the evaluations' CPU time, not it.
     lower_priority(nice)
     while (job := jobs.get()) is not None:
-        weights, update, episodes, seed = job
+        weights, update, episodes, seed, prior = job
         started = cpu_seconds()
         try:
             learner.set_weights(weights)
-            res = evaluate(cfg, learner, episodes, seed, gone)
+            res = evaluate(cfg, learner, episodes, seed, gone, out_of_reach(cfg, episodes, prior))
         except Exception:
             outbox.send(("error", update, traceback.format_exc()))
             return 1

@@ -32,6 +32,9 @@ class EvalResult:
     # How often the policy took each action over the games (what a score does not show:
     # a policy that holds one action).
     actions: np.ndarray | None = None
+    # Stopped once the target was out of reach (`out_of_reach`): the mean is over the games
+    # that ended first, the shortest, and is no score.
+    cut: bool = False
 
 
 @dataclass
@@ -56,11 +59,12 @@ def eval_actions(cfg: Config, logits: np.ndarray, n_actions: int,
 
 def play_games(cfg: Config, episodes: int, seed: int,
                scores: Callable[[Step], np.ndarray],
-               stop: threading.Event | None = None) -> Played | None:
+               stop: threading.Event | None = None,
+               give_up: Callable[[list[float]], bool] | None = None) -> Played | None:
     """Play `episodes` whole games under the evaluation protocol, `scores(step)` rating each
     simulator's actions (logits or Q-values; `eval_actions` picks from them); each simulator
     plays its share so long games count too. None when `stop` is set before they are all
-    played."""
+    played; fewer games when `give_up(returns so far)` says so as a game ends."""
     quota = np.array([len(part) for part in np.array_split(np.arange(episodes),
                                                           eval_simulators(episodes))])
     pool = make_pool(cfg, len(quota), seed, train=False)
@@ -77,6 +81,9 @@ def play_games(cfg: Config, episodes: int, seed: int,
                 if quota[env] > 0:
                     quota[env] -= 1
                     played.games.append((ret, length))
+            if step.episodes and give_up is not None and quota.any() \
+                    and give_up([ret for ret, _ in played.games]):
+                break
             # Only moves in games that count, not those of a simulator past its share.
             np.add.at(played.actions, actions[quota[step.env_ids] > 0], 1)
     finally:
@@ -88,16 +95,36 @@ def eval_simulators(episodes: int) -> int:
     return min(episodes, MAX_EVAL_SIMS)
 
 
+def out_of_reach(cfg: Config, episodes: int, prior: EvalResult | None = None
+                 ) -> Callable[[list[float]], bool] | None:
+    """Whether `episodes` games (after `prior`'s) can no longer bring the mean to eval.target
+    even if every game left scores eval.max_return: certain, no statistics. None where
+    either is unset."""
+    target, best = cfg.eval.target, cfg.eval.max_return
+    if target is None or best is None:
+        return None
+    before, total = (0.0, episodes) if prior is None else (
+        prior.mean * prior.episodes, prior.episodes + episodes)
+
+    def hopeless(returns: list[float]) -> bool:
+        return before + sum(returns) + best * (episodes - len(returns)) < target * total
+    return hopeless
+
+
 def evaluate(cfg: Config, learner, episodes: int, seed: int,
-             stop: threading.Event | None = None) -> EvalResult | None:
-    """The learner's policy over `episodes` whole games; None when `stop` is set first."""
+             stop: threading.Event | None = None,
+             give_up: Callable[[list[float]], bool] | None = None) -> EvalResult | None:
+    """The learner's policy over `episodes` whole games (fewer when `give_up` says so, see
+    `play_games`); None when `stop` is set first."""
     state = RecurrentState(eval_simulators(episodes), learner.recurrent)
     played = play_games(cfg, episodes, seed,
-                        lambda step: state.step(learner.predict, step.obs, step.done)[0], stop)
+                        lambda step: state.step(learner.predict, step.obs, step.done)[0], stop,
+                        give_up)
     if played is None:
         return None
     r = np.array([ret for ret, _ in played.games])
-    return EvalResult(float(r.mean()), float(r.std()), float(r.max()), len(r), played.actions)
+    return EvalResult(float(r.mean()), float(r.std()), float(r.max()), len(r), played.actions,
+                      cut=len(r) < episodes)
 
 
 @dataclass
@@ -144,7 +171,7 @@ def pooled(a: EvalResult, b: EvalResult) -> EvalResult:
     square = ((a.std ** 2 + a.mean ** 2) * a.episodes + (b.std ** 2 + b.mean ** 2) * b.episodes) / n
     actions = None if a.actions is None or b.actions is None else a.actions + b.actions
     return EvalResult(mean, float(np.sqrt(max(square - mean ** 2, 0.0))), max(a.max, b.max), n,
-                      actions)
+                      actions, a.cut or b.cut)
 
 
 @dataclass
@@ -207,7 +234,7 @@ class BackgroundEvaluator:
         self._pending = _Pending(snapshot, time.monotonic())
         try:
             self._to.send((snapshot.weights, snapshot.update,
-                           snapshot.episodes or self._cfg.eval.episodes, seed))
+                           snapshot.episodes or self._cfg.eval.episodes, seed, snapshot.prior))
         except OSError:
             pass  # a worker that died: poll tells
 

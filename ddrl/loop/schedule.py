@@ -88,6 +88,12 @@ class EvalSchedule:
                 del self.gap[:dropped]
                 del self.skipped[:over - dropped]
 
+    @property
+    def confirming(self) -> bool:
+        """Whether the evaluator plays a crossing's confirmation."""
+        playing = self.evaluator.playing if self.evaluator is not None else None
+        return playing is not None and playing.prior is not None
+
     def unplayed(self) -> list[Snapshot]:
         """The weights due and not yet scored: those skipped before the last evaluation, its
         own while it plays, those skipped since; after a hit, those skipped before it (the

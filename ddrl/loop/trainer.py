@@ -96,6 +96,8 @@ class Trainer:
                 self._root_duties(batch, stats, step, res, side["ranks"])
             reason = stop_reason(side, self._nonfinite_streak, self.counters.frames,
                                  self.cfg.run.max_frames)
+            if reason is None and side["pause"] > 0:
+                self._pause(signals.event)
         # Every rank knows now; its own copy of the signal may still be on the way.
         signals.job_stopping = reason == "signal"
         # Still guarded: a signal in the final phase (Slurm's warning when the run's own
@@ -130,9 +132,18 @@ class Trainer:
         extras = self._side.pack(signalled=float(signalled), frames=step.frames)
         if self.world.is_root:
             self._side.set(extras, "stop", ROOT_STOPS.index(self._root_stop()))
+            self._side.set(extras, "pause", self.cfg.eval.pause_to_confirm and self.sync.lockstep
+                           and self._schedule.confirming)
         start = len(RANK_FIELDS) * self.world.rank
         self._side.get(extras, "ranks")[start:start + len(RANK_FIELDS)] = step.rank_figures()
         return extras
+
+    def _pause(self, stop: threading.Event) -> None:
+        """Every rank waits, idle, while rank 0's evaluator plays a confirmation (its result
+        is known at the end of it; a stop signal ends the wait)."""
+        if self.world.is_root:
+            self._schedule.poll(wait=True, stop=stop)
+        self.world.barrier()
 
     def _root_stop(self) -> str:
         """Rank 0 alone evaluates and keeps the clock; frames are global, so all agree on them."""
@@ -235,7 +246,9 @@ class Trainer:
                                  "wall_time": done.wall_time, "mean_return": res.mean,
                                  "std_return": res.std, "max_return": res.max,
                                  "episodes": res.episodes, "seconds": done.seconds,
-                                 "cpu_seconds": done.cpu_seconds})
+                                 "cpu_seconds": done.cpu_seconds, "cut": res.cut})
+        if res.cut:  # no score: below the target, and no more
+            return
         if newest:
             self.progress.eval_score = res.mean
         if self._best is None or res.mean > self._best:

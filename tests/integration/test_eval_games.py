@@ -20,3 +20,20 @@ def test_the_actions_counted_are_those_of_the_games_counted():
     played = play_games(cfg, episodes, seed=7, scores=push_right)
     assert len(played.games) == episodes
     assert played.actions.tolist() == [0, sum(length for _, length in played.games)]
+
+
+def test_an_evaluation_stops_once_the_target_is_out_of_reach_and_plays_on_while_it_is_not():
+    """Pushing right scores about 10 a game. Target 400 with at most 500 a game, 20 games: out
+    of reach once 5 have ended, so the games stop with the first simulators' ends; target 5:
+    in reach from the start, and every game is played."""
+    from ddrl.loop.evaluator import out_of_reach
+
+    push_right = lambda step: np.tile([0.0, 1.0], (len(step.obs), 1))  # noqa: E731
+    episodes = MAX_EVAL_SIMS + 4
+    for target, played_all in ((400, False), (5, True)):
+        cfg = load_config(JOBS / "cartpole.toml", ["eval.epsilon=0", f"eval.target={target}",
+                                                  "eval.max_return=500"])
+        played = play_games(cfg, episodes, seed=7, scores=push_right,
+                            give_up=out_of_reach(cfg, episodes))
+        assert (len(played.games) == episodes) == played_all, len(played.games)
+        assert len(played.games) >= 5

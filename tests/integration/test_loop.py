@@ -135,10 +135,10 @@ class FakeEvaluator:
 
     @property
     def playing(self) -> Snapshot | None:
-        d = self._done
-        return Snapshot(d.weights, d.update, d.frames, d.wall_time) if d is not None else None
+        return self._snap if self._done is not None else None
 
     def start(self, snap) -> None:
+        self._snap = snap
         self.started.append(snap.update)
         score = (self._score if snap.prior is None else self._confirm_score)(snap.update)
         result = EvalResult(score, 0.0, score, snap.episodes or 10)
@@ -493,3 +493,17 @@ def test_a_crossing_the_confirmation_does_not_hold_is_no_target(tmp_path):
     first_hit = confirmed[confirmed["mean_return"] >= 18]
     assert first_hit["update"].tolist()[0] == 30
     assert trainer.counters.update > 30
+
+
+@pytest.mark.parametrize("pause", [True, False])
+def test_the_ranks_pause_while_a_confirmation_plays_unless_told_not_to(tmp_path, pause):
+    """Each evaluation takes 6 updates' polls. Paused, the run trains no update while update
+    10's confirmation plays and stops just after it; not paused, it trains through it."""
+    sets = ["run.max_frames=100000", "eval.every=5", "eval.target=18", "eval.confirm_episodes=50",
+            f"eval.pause_to_confirm={str(pause).lower()}"]
+    evaluator = FakeEvaluator(lambda u: 20.0 if u >= 10 else 0.0,
+                              polls=lambda u: 1 if u < 10 else 6)
+    trainer = make_trainer(tmp_path, sets, evaluator=evaluator)
+    assert run(trainer) == 0
+    assert evaluator.started[:3] == [5, 10, 10]
+    assert trainer.counters.update == (18 if pause else 23)

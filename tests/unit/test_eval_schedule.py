@@ -26,13 +26,13 @@ class Evaluator:
 
     @property
     def playing(self) -> Snapshot | None:
-        d = self._done
-        return None if d is None else Snapshot(d.weights, d.update, d.frames, d.wall_time)
+        return self._snap if self._done is not None else None
 
     def within_budget(self) -> bool:
         return True
 
     def start(self, snap: Snapshot) -> None:
+        self._snap = snap
         games = snap.episodes or 10
         self.started.append((snap.update, games))
         result = EvalResult(self.score(snap.update), 0.0, self.score(snap.update), games)
@@ -118,7 +118,8 @@ def test_a_crossing_counts_only_after_its_confirmation_over_all_the_games():
 def test_a_crossing_that_fails_its_confirmation_does_not_count_and_the_run_goes_on():
     schedule, evaluator, recorded = make(lambda u: 20.0 if u == 4 else 0.0, confirm=50)
     # The further games of update 4 score 0: 10 games at 20 and 40 at 0, a mean of 4.
-    evaluator.score = lambda u, first=iter([20.0]): next(first, 0.0) if u == 4 else 0.0
+    first = iter([20.0])
+    evaluator.score = lambda u: next(first, 0.0) if u == 4 else 0.0
     drive(schedule, range(1, 10))
     assert (4, 4.0, 50, True) in recorded and not schedule.target_reached
     assert [u for u, _ in evaluator.started] == [2, 4, 4, 6, 8]
@@ -139,3 +140,14 @@ def test_a_run_resumed_after_its_hit_trains_no_further_and_owes_its_kept_weights
                             lambda done, newest: None, lambda: 0.0, mark=10,
                             kept=[snap(4), snap(6)], reached=True)
     assert schedule.target_reached and [s.update for s in schedule.unplayed()] == [4, 6]
+
+
+def test_it_says_when_the_evaluator_plays_a_confirmation():
+    schedule, evaluator, _ = make(lambda u: 20.0 if u == 4 else 0.0, polls=2, confirm=50)
+    seen = []
+    for u in range(1, 9):
+        schedule.poll(wait=False)
+        schedule.due(u, lambda u=u: snap(u))
+        seen.append(schedule.confirming)
+    # 4's 10 games end at update 6's poll, its 40 more at update 8's.
+    assert seen == [False, False, False, False, False, True, True, False]
