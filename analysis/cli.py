@@ -17,7 +17,7 @@ from analysis.plots import plot_learning_curves, plot_losses, plot_ranks, plot_s
 from analysis.reference import load_reference
 from analysis.scaling import scaling_table
 from analysis.scores import resolve_target
-from analysis.summary import config_differences, format_summary, run_labels, summarize
+from analysis.summary import config_differences, format_summary, headline, run_labels, summarize
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize(runs, args.target)
     print(format_summary(summary))
+    for _, row in summary.iterrows():
+        print(headline(row))
 
     summary.to_csv(out / "summary.csv", index=False)
     written = [out / "summary.csv"]

@@ -85,17 +85,40 @@ def to_target(run: Run, target: float | None) -> tuple[float, float]:
     return float(row["wall_time"]), float(row["frames"])
 
 
+def _confirmed(run: Run, target: float | None) -> pd.Series | None:
+    goal = resolve_target(run, target)
+    if goal is None:
+        return None
+    evals = run["eval"]
+    return first_reaching(evals[evals["episodes"] >= int(run.setting("eval.confirm_episodes") or 0)],
+                          goal)
+
+
 def to_confirmed_target(run: Run, target: float | None) -> tuple[float, float]:
     """As `to_target`, counting only evaluations over eval.confirm_episodes games or more (a
     crossing's confirmation holds all of its games); a run from before confirmations counts
     every evaluation."""
-    goal = resolve_target(run, target)
-    if goal is None:
-        return math.nan, math.nan
-    evals = run["eval"]
-    row = first_reaching(evals[evals["episodes"] >= int(run.setting("eval.confirm_episodes") or 0)],
-                         goal)
+    row = _confirmed(run, target)
     return (math.nan, math.nan) if row is None else (float(row["wall_time"]), float(row["frames"]))
+
+
+def detection_lag(run: Run, target: float | None) -> float:
+    """Seconds from taking the weights that confirmed the target to knowing it (the run's
+    stop); NaN without a confirmed target or in a log from before `known_at`."""
+    row = _confirmed(run, target)
+    if row is None or not row.get("known_at", 0.0):
+        return math.nan
+    return float(row["known_at"] - row["wall_time"])
+
+
+def eval_share(run: Run, wall_time: float) -> float:
+    """The evaluator's CPU seconds (cut evaluations' too) over the job's core-seconds."""
+    cores = run.attrs.get("cores")
+    if not cores or not wall_time:
+        return math.nan
+    tables = [run.tables.get(t) for t in ("eval", "eval_cut")]
+    cpu = sum(float(t["cpu_seconds"].sum()) for t in tables if t is not None and len(t))
+    return cpu / (wall_time * cores)
 
 
 def to_online_target(run: Run, target: float | None, games: int = 100) -> tuple[float, float]:

@@ -9,6 +9,8 @@ import pandas as pd
 
 from analysis.load import Run
 from analysis.scores import (
+    detection_lag,
+    eval_share,
     human_normalized,
     resolve_target,
     to_confirmed_target,
@@ -100,6 +102,10 @@ def summarize(runs: list[Run], target: float | None = None) -> pd.DataFrame:
             "frames_to_confirmed": f_confirmed,
             "time_to_online": t_online,
             "frames_to_online": f_online,
+            # Seconds from the confirmed weights' update to the run knowing it; the
+            # evaluator's CPU time as a share of the job's cores over the run.
+            "detection_lag": detection_lag(run, target),
+            "eval_share": eval_share(run, done.wall_time),
             "dp_per_s": float(train["dp_per_s"].mean()) if len(train) else math.nan,
         }
         row["hns_best"] = human_normalized(row["best_eval"], run.game)
@@ -132,6 +138,8 @@ def over_seeds(runs: pd.DataFrame) -> dict[str, Any]:
         if targeted else "-",
         "frames_to_confirmed": _column(runs, "frames_to_confirmed").median(),
         "minutes_to_confirmed": _column(runs, "time_to_confirmed").median() / 60,
+        "detection_lag": _column(runs, "detection_lag").median(),
+        "eval_share": _column(runs, "eval_share").median(),
         "frames_to_online": _column(runs, "frames_to_online").median(),
         "frames": runs["frames"].median(),
         "minutes": runs["wall_time"].median() / 60,
@@ -141,6 +149,25 @@ def over_seeds(runs: pd.DataFrame) -> dict[str, Any]:
 def _column(runs: pd.DataFrame, name: str) -> pd.Series:
     """A column of the summary, all NaN in a table made without it."""
     return runs[name] if name in runs else pd.Series(math.nan, index=runs.index)
+
+
+def _at(seconds: float, frames: float) -> str:
+    return "not reached" if math.isnan(seconds) else \
+        f"{seconds / 60:.1f} min ({frames / 1e6:.2f}M frames)"
+
+
+def headline(row: pd.Series) -> str:
+    """A run's time to its target on each protocol, in one line a person reads first."""
+    if math.isnan(row["target"]):
+        return f"{row['run']}: no target"
+    lag = row.get("detection_lag", math.nan)
+    known = "" if math.isnan(lag) else f", known {lag:.0f} s later"
+    share = row.get("eval_share", math.nan)
+    return (f"{row['run']}: target {row['target']:g} confirmed at "
+            f"{_at(row['time_to_confirmed'], row['frames_to_confirmed'])}{known}; first "
+            f"crossing {_at(row['time_to_target'], row['frames_to_target'])}; online (last "
+            f"{ONLINE_GAMES} training games) {_at(row['time_to_online'], row['frames_to_online'])}"
+            + ("" if math.isnan(share) else f"; evaluator {100 * share:.1f}% of the CPU"))
 
 
 def format_summary(summary: pd.DataFrame) -> str:

@@ -45,6 +45,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         # 1: stopped once eval.target was out of reach (eval.max_return); its mean is over the
         # games that ended first and is no score.
         ("cut", "i1"),
+        # The run's wall time when the result was known (its weights were taken at wall_time).
+        ("known_at", "f8"),
     ],
     "ranks": [
         ("update", "i8"), ("wall_time", "f8"), ("rank", "i4"), ("frames", "i8"),

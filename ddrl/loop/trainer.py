@@ -246,7 +246,8 @@ class Trainer:
                                  "wall_time": done.wall_time, "mean_return": res.mean,
                                  "std_return": res.std, "max_return": res.max,
                                  "episodes": res.episodes, "seconds": done.seconds,
-                                 "cpu_seconds": done.cpu_seconds, "cut": res.cut})
+                                 "cpu_seconds": done.cpu_seconds, "cut": res.cut,
+                                 "known_at": time.perf_counter() - self._t_origin})
         if res.cut:  # no score: below the target, and no more
             return
         if newest:

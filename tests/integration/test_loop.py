@@ -477,6 +477,16 @@ def test_a_crossing_counts_once_the_same_weights_confirm_it_over_50_games(tmp_pa
     assert evaluator.started[:3] == [5, 10, 10]  # the confirmation follows at once
     out = capsys.readouterr().out
     assert "[ddrl] target 18 reached: the weights of update 10" in out and "over 50 games" in out
+    from analysis.load import load_run
+    from analysis.summary import summarize
+
+    row = summarize([load_run(tmp_path)]).iloc[0]
+    assert row["frames_to_confirmed"] == 10 * FRAMES_PER_BATCH
+    # Known after the weights were taken, within this short run's wall time.
+    assert 0 <= row["detection_lag"] <= row["wall_time"]
+    from analysis.summary import headline
+
+    assert headline(row).startswith(f"{row['run']}: target 18 confirmed at ")
 
 
 def test_a_crossing_the_confirmation_does_not_hold_is_no_target(tmp_path):
