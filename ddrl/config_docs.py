@@ -187,7 +187,8 @@ DOCS = {
                          "`freeze_update` (an actor rank: before its step of that number), "
                          "as a host hung in its own work would (-1: none)",
     "debug.freeze_update": "the update at which `freeze_rank` stops itself; -1: at start-up, "
-                           "before the initial weights are shared",
+                           "before the initial weights are shared; -2: after the last update, "
+                           "before the final barrier",
 }
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ddrl import checkpoint
+from ddrl.args import positive_int
 from ddrl.errors import DdrlError
 from ddrl.loop import video
 from ddrl.loop.evaluator import evaluate
@@ -15,7 +16,7 @@ from ddrl.seeding import SEED_LIMIT
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", help="run directory or checkpoint file")
-    p.add_argument("--episodes", type=int, help="games to play (default: eval.episodes)")
+    p.add_argument("--episodes", type=positive_int, help="games to play (default: eval.episodes)")
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--best", action="store_true",
                    help="the run's best-evaluated weights (checkpoints/best.npz), not its last")

@@ -32,6 +32,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("policy_lag", "f4"), ("dropped", "i4"), ("staleness", "f4"), ("nonfinite", "i4"),
         ("t_sim", "f4"), ("t_predict", "f4"), ("t_train", "f4"), ("t_sync", "f4"),
         ("restart", "i4"),
+        # Weights due for evaluation dropped so far for the cap on those kept (loop/schedule.py).
+        ("owed_dropped", "i4"),
     ],
     "episodes": [
         ("rank", "i4"), ("frames", "i8"), ("wall_time", "f8"), ("return", "f4"), ("length", "i4"),

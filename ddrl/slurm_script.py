@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from ddrl import checkpoint
+from ddrl.args import positive_int
 from ddrl.config import load_config
 from ddrl.envs import check_env_id
 from ddrl.errors import DdrlError
@@ -37,28 +38,21 @@ _ACTOR_SIZES = ("--nodes", "--ntasks-per-node", "--cpus-per-task", "--mem")
 _SIGNAL_SLACK_S = 60
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", metavar="JOB.toml", help="the job file")
-    parser.add_argument("--nodes", type=_positive, help="nodes (-N)")
-    parser.add_argument("--tasks-per-node", type=_positive, help="ddrl ranks per node")
-    parser.add_argument("--cpus-per-task", type=_positive, help="cores per rank")
+    parser.add_argument("--nodes", type=positive_int, help="nodes (-N)")
+    parser.add_argument("--tasks-per-node", type=positive_int, help="ddrl ranks per node")
+    parser.add_argument("--cpus-per-task", type=positive_int, help="cores per rank")
     parser.add_argument("--time", help="time limit, e.g. 04:00:00 or 1-00:00:00")
     parser.add_argument("--mem", help="memory per node, e.g. 64G")
     parser.add_argument("--partition", help="Slurm partition")
     parser.add_argument("--array", help="job array of seeds (or sweep lines), e.g. 0-9%%4")
     parser.add_argument("--sweep", metavar="FILE",
                         help="one run per line of `key=value ...` (and optionally a job file)")
-    parser.add_argument("--gpus-per-node", type=_positive, help="GPUs per node, one rank each")
-    parser.add_argument("--learner-cpus", type=_positive,
+    parser.add_argument("--gpus-per-node", type=positive_int, help="GPUs per node, one rank each")
+    parser.add_argument("--learner-cpus", type=positive_int,
                         help="central mode: the learner's cores (--nodes etc. size the actors)")
-    parser.add_argument("--learner-gpus", type=_positive, help="central mode: the learner's GPUs")
+    parser.add_argument("--learner-gpus", type=positive_int, help="central mode: the learner's GPUs")
     parser.add_argument("--job-name", help="Slurm job name (default: ddrl-<job file stem>)")
     parser.add_argument("--out", help="run directory (default: runs/<job>-<job id>)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

@@ -1,6 +1,7 @@
 """Several real ranks under mpirun: identical weights, equivalent learning, world checks."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -122,6 +123,32 @@ def test_a_frozen_rank_ends_an_allreduce_job_after_sync_timeout(run_dir):
     # What was written before the freeze is intact.
     assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).update >= 1
     assert len(table(run_dir, "train")) >= 10
+
+
+def test_a_rank_frozen_after_its_last_update_ends_the_job_after_rank_0_saved(run_dir):
+    """Rank 1 stops itself after the last update, before the final barrier: rank 0, with its
+    final checkpoint written, waits sync.timeout for it and ends the job in one line instead
+    of holding the allocation for ever."""
+    cmd = [*mpirun(2), *DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir, *NO_EVAL,
+           "--set", "sync.timeout=10", "--set", "run.max_frames=20000",
+           "--set", "debug.freeze_rank=1", "--set", "debug.freeze_update=-2"]
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    frozen = None
+    try:
+        frozen = rank_pid(run_dir, 1, wait=120)
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+        if frozen is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(frozen, signal.SIGKILL)
+    assert proc.returncode != 0
+    assert out.count("ddrl: error:") == 1, out[-3000:]
+    assert "ddrl: error: rank 0 waited 10 s (sync.timeout) for the other ranks at the end of " \
+        "the run: one is frozen or lost" in out, out[-3000:]
+    latest = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))
+    assert latest.frames >= 20000
 
 
 def test_a_rank_frozen_at_start_up_ends_the_job_in_one_line(run_dir):

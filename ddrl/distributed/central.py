@@ -38,7 +38,7 @@ from ddrl.config import Config
 from ddrl.distributed.frames import StackReceiver, StackSender
 from ddrl.distributed.schema import Schema
 from ddrl.distributed.sync import LocalSync, bcast
-from ddrl.distributed.waiting import Backoff, abort
+from ddrl.distributed.waiting import Backoff, abort, wait_all
 from ddrl.distributed.world import World
 from ddrl.envs import Step, make_pool
 from ddrl.errors import DdrlError
@@ -405,7 +405,10 @@ class RemotePool:
                 if self._stats[actor].steps_received >= byes[actor][0]:
                     del pending[actor]
             backoff.sleep()
-        MPI.Request.Waitall(self._sends)
+        # Silent to the end (frozen shortly before it, or its link cut): as lost as one left
+        # out during the run, so the job ends once the learner has saved, not at the barrier.
+        self.lost += [actor + 1 for actor in pending if actor + 1 not in self.lost]
+        wait_all(self._sends, self._timeout)
 
 
 class CentralSync(LocalSync):
@@ -416,11 +419,12 @@ class CentralSync(LocalSync):
     # The actor ranks go on simulating whatever the learner does.
     lockstep = False
 
-    def __init__(self, world: World, own_comm: Any, pool: RemotePool):
+    def __init__(self, world: World, own_comm: Any, pool: RemotePool, timeout: float):
         super().__init__(World(0, 1, world.local_rank, world.local_size, world.hosts, own_comm,
                                node_cpus=world.node_cpus))
         self._job = world
         self._pool = pool
+        self._timeout = timeout
 
     def broadcast(self, array: np.ndarray) -> np.ndarray:
         return array  # the actors hold no weights
@@ -430,7 +434,7 @@ class CentralSync(LocalSync):
             abort(self._job.comm, f"actor rank(s) {', '.join(map(str, self._pool.lost))} sent "
                                   "nothing for sync.timeout and were left out; the run is saved; "
                                   "ending the job")
-        self._job.barrier()
+        self._job.barrier(self._timeout, "at the end of the run")
 
 
 def share_restarts(world: World, restarts: int) -> int:

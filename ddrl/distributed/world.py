@@ -5,6 +5,7 @@ job asks for a backend that needs it, so a plain `ddrl train` needs no MPI at al
 """
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -35,12 +36,20 @@ class World:
     def is_root(self) -> bool:
         return self.rank == 0
 
-    def barrier(self) -> None:
-        """Polls with sleeps: a blocking MPI barrier spins a core that rank 0 may need."""
-        if self.comm is not None:
-            request = self.comm.Ibarrier()
-            while not request.Test():
-                time.sleep(0.02)
+    def barrier(self, timeout: float = math.inf, what: str = "") -> None:
+        """Polls with sleeps: a blocking MPI barrier spins a core that rank 0 may need. Past
+        `timeout` seconds the whole job ends (MPI_Abort also takes down a rank that hangs),
+        the message naming `what` it waited for."""
+        if self.comm is None:
+            return
+        request, deadline = self.comm.Ibarrier(), time.monotonic() + timeout
+        while not request.Test():
+            if time.monotonic() > deadline:
+                from ddrl.distributed.waiting import abort
+
+                abort(self.comm, f"rank {self.rank} waited {timeout:g} s (sync.timeout) for the "
+                      f"other ranks {what}: one is frozen or lost; what this rank wrote is kept")
+            time.sleep(0.02)
 
 
 def launcher_rank() -> int:

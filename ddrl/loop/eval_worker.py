@@ -28,7 +28,10 @@ def lower_priority(nice: int) -> None:
     """Every thread of this process at niceness `nice` (Linux's is per thread, inherited by the
     threads each creates: TensorFlow's pools exist by now, the simulators' come later)."""
     for task in os.listdir("/proc/self/task"):
-        os.setpriority(os.PRIO_PROCESS, int(task), nice)
+        try:
+            os.setpriority(os.PRIO_PROCESS, int(task), nice)
+        except ProcessLookupError:  # a thread that ended since the listing
+            pass
 
 
 def main(fd_in: int, fd_out: int, cpus: set[int]) -> int:

@@ -15,6 +15,11 @@ class Faults:
         self._slow_factor = d.slow_factor if rank in d.slow_ranks and d.slow_factor > 1 else 1.0
         self._freeze_at = d.freeze_update if rank == d.freeze_rank else None
 
+    def at_end(self) -> None:
+        """`debug.freeze_update = -2`: frozen after the last update, before the final barrier."""
+        if self._freeze_at == -2:
+            os.kill(os.getpid(), signal.SIGSTOP)
+
     def after_gradients(self, update: int, seconds: float) -> None:
         """`seconds`: this update's batch and gradients, stretched `slow_factor` times."""
         if self._slow_factor > 1:
@@ -26,5 +31,5 @@ class Faults:
 def freeze_at_startup(cfg: Config, rank: int) -> None:
     """`debug.freeze_update = -1`: `freeze_rank` stops itself at start-up, after TensorFlow's
     import, before the initial weights are shared."""
-    if rank == cfg.debug.freeze_rank and cfg.debug.freeze_update < 0:
+    if rank == cfg.debug.freeze_rank and cfg.debug.freeze_update == -1:
         os.kill(os.getpid(), signal.SIGSTOP)

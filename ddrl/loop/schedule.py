@@ -62,6 +62,7 @@ class EvalSchedule:
         self.target_reached = reached
         self.skipped: list[Snapshot] = [] if reached else list(kept or [])
         self.gap: list[Snapshot] = list(kept or []) if reached else []
+        self.dropped = 0  # kept weights dropped for the SKIPPED_BYTES cap, since this start
 
     def due(self, update: int, snapshot: Callable[[], Snapshot]) -> None:
         """At each eval.every-th update, or at the first after it when the evaluator was still
@@ -84,9 +85,21 @@ class EvalSchedule:
             over = len(self.gap) + len(self.skipped) - max(
                 1, SKIPPED_BYTES // self.skipped[-1].weights.nbytes)
             if over > 0:
-                dropped = min(over, len(self.gap))
-                del self.gap[:dropped]
-                del self.skipped[:over - dropped]
+                self._drop(over)
+
+    def _drop(self, count: int) -> None:
+        """The oldest kept weights, with a warning the first time: an owed evaluation among
+        them could have been the earliest to reach the target."""
+        if not self.dropped:
+            say(f"[ddrl] warning: the weights kept for evaluations the evaluator had no time "
+                f"for pass {SKIPPED_BYTES >> 20} MiB; the oldest are dropped from now on (the "
+                f"/train column owed_dropped counts them), so the time to target may be found "
+                f"later than it was reached: give the evaluator more CPU (eval.nice, "
+                f"eval.cpu_share) or evaluate less often (eval.every)", err=True)
+        self.dropped += count
+        from_gap = min(count, len(self.gap))
+        del self.gap[:from_gap]
+        del self.skipped[:count - from_gap]
 
     @property
     def confirming(self) -> bool:

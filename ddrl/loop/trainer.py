@@ -7,6 +7,7 @@ ranks stop after the same update for the same reason.
 from __future__ import annotations
 
 import hashlib
+import math
 import resource
 import threading
 import time
@@ -142,8 +143,12 @@ class Trainer:
         """Every rank waits, idle, while rank 0's evaluator plays a confirmation (its result
         is known at the end of it; a stop signal ends the wait)."""
         if self.world.is_root:
-            self._schedule.poll(wait=True, stop=stop)
-        self.world.barrier()
+            # At most half of sync.timeout: the evaluation goes on, the ranks then train on.
+            until = time.monotonic() + self.cfg.sync.timeout / 2
+            while self._schedule.confirming and not stop.is_set() and time.monotonic() < until:
+                self._schedule.poll(wait=False)
+                time.sleep(0.02)
+        self.world.barrier(self.cfg.sync.timeout, "to end a pause")
 
     def _root_stop(self) -> str:
         """Rank 0 alone evaluates and keeps the clock; frames are global, so all agree on them."""
@@ -211,7 +216,8 @@ class Trainer:
             "contributors": res.contributors, "effective_batch": len(batch) * res.contributors,
             "policy_lag": float(c.update - 1 - batch.acted_at.mean()),
             "dropped": res.dropped, "staleness": res.staleness,
-            "t_sim": step.t_sim, "t_predict": step.t_predict, "restart": c.restarts})
+            "t_sim": step.t_sim, "t_predict": step.t_predict, "restart": c.restarts,
+            "owed_dropped": self._schedule.dropped})
         # A rank's figures may sum several of its steps since rank 0's previous update.
         reports = np.ones(len(ranks)) if res.reports is None else np.maximum(res.reports, 1)
         contributed = np.ones(len(ranks), int) if res.applied is None else res.applied
@@ -316,7 +322,10 @@ class Trainer:
             # The final evaluation was cut short: a resume plays it (exit 3 is resumable).
             code = EXIT_SIGNALLED
         # No rank exits before rank 0 has saved: launchers kill the job when the first exits.
-        self.world.barrier()
+        # Rank 0 comes last (the others wait through its evaluations): it alone has a deadline.
+        self._faults.at_end()
+        self.world.barrier(self.cfg.sync.timeout if self.world.is_root else math.inf,
+                           "at the end of the run")
         return code
 
     def _finish_root(self, reason: str, signalled: threading.Event, path: Path | None) -> bool:

@@ -100,11 +100,12 @@ def test_without_a_target_nothing_is_kept():
     assert schedule.gap == schedule.skipped == schedule.unplayed() == []
 
 
-def test_kept_weights_are_capped_in_bytes_oldest_first():
+def test_kept_weights_are_capped_in_bytes_oldest_first_with_one_warning(capsys):
     size = SKIPPED_BYTES // 4 // 3  # three snapshots fit
     schedule, evaluator, _ = make(lambda u: 0.0, polls=10 ** 6)
     drive(schedule, range(1, 13), size)
-    assert [s.update for s in schedule.skipped] == [8, 10, 12]
+    assert [s.update for s in schedule.skipped] == [8, 10, 12] and schedule.dropped == 2
+    assert capsys.readouterr().err.count("warning: the weights kept for evaluations") == 1
 
 
 def test_a_crossing_counts_only_after_its_confirmation_over_all_the_games():

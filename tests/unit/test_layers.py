@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # that share a floor stay out of each other.
 FLOORS = [
     ["ddrl.cli", "ddrl.__main__", "ddrl.train", "ddrl.evaluate", "ddrl.info", "ddrl.slurm_script",
-     "ddrl.sweep", "ddrl.bench", "analysis"],
+     "ddrl.sweep", "ddrl.bench", "ddrl.args", "analysis"],
     ["ddrl.loop", "ddrl.placement"],
     ["ddrl.acting", "ddrl.distributed"],
     ["ddrl.learner"],

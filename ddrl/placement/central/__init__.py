@@ -42,7 +42,7 @@ class Central:
 
         self._pool = central.RemotePool(self.cfg, self.world.comm, self.world.size - 1, *spec,
                                         frames_per_step(self.cfg))
-        return central.CentralSync(self.world, self._comm, self._pool)
+        return central.CentralSync(self.world, self._comm, self._pool, self.cfg.sync.timeout)
 
     def actors(self, learner, restarts: int):
         from ddrl.placement.central.actors import central_actors
