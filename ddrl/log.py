@@ -21,7 +21,7 @@ import numpy as np
 from ddrl.errors import DdrlError, HardExitError
 from ddrl.output import say
 
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 
 TABLES: dict[str, list[tuple[str, str]]] = {
     "train": [
