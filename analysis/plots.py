@@ -5,6 +5,7 @@ module from a notebook or a batch job never switches anyone's global backend.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from matplotlib.ticker import FormatStrFormatter, NullLocator
 
 from analysis.load import Run
 from analysis.scaling import scaling_table
+from analysis.scores import detection_lag, resolve_target, to_confirmed_target, to_online_target
 
 # Matplotlib keeps labels starting with "_" out of legends: one legend entry per run.
 _HIDDEN = "_"
@@ -54,7 +56,9 @@ def plot_learning_curves(runs: list[Run], labels: list[str], target: float | Non
     (left) and wall time (right): figs 3-5 and 9 of the paper.
 
     Axes [0, *] hold two lines per run with eval rows, plus one for the target; axes [1, *]
-    one line per run with episodes. Published scores (`references`: label, frames, score)
+    one line per run with episodes. A run that reached its target adds a star (unlabelled):
+    its confirmed weights on the eval axes (on the wall-time one with a line to when it was
+    known), its online crossing on the online axes. Published scores (`references`: label, frames, score)
     go on the eval-vs-frames axes as black markers, one line per label.
     """
     fig, axes = new_figure(2, 2)
@@ -75,6 +79,7 @@ def plot_learning_curves(runs: list[Run], labels: list[str], target: float | Non
                 ax.plot(x, evals["max_return"], color=color, ls="--", label=_HIDDEN + "max")
             if len(episodes):
                 axes[1, col].plot(episodes[x_name] / x_scale, online, color=color, label=label)
+        _mark_target(axes, run, target, color, scale)
     if references is not None:
         for j, (label, points) in enumerate(references.groupby("label", sort=False)):
             axes[0, 0].plot(points["frames"], points["score"], color="black", ls=":",
@@ -87,6 +92,27 @@ def plot_learning_curves(runs: list[Run], labels: list[str], target: float | Non
         axes[1, col].set(xlabel=xlabel, ylabel="episode return", title="online score (smoothed)")
     _legends(axes)
     return fig
+
+
+def _mark_target(axes, run: Run, target: float | None, color: str, scale: float) -> None:
+    """The confirmed target: a star at its weights (frames, wall time) and, on the wall-time
+    axes, a line from there to when the run knew it; the online crossing: a star on the
+    online axes."""
+    t_confirmed, f_confirmed = to_confirmed_target(run, target)
+    goal = resolve_target(run, target)
+    if not math.isnan(t_confirmed):
+        axes[0, 0].plot([f_confirmed], [goal], color=color, marker="*", markersize=12,
+                        label=_HIDDEN + "confirmed")
+        lag = detection_lag(run, target)
+        known = t_confirmed + (0.0 if math.isnan(lag) else lag)
+        axes[0, 1].plot([t_confirmed / scale, known / scale], [goal, goal], color=color,
+                        marker="*", markersize=12, markevery=[0], lw=3,
+                        label=_HIDDEN + "confirmed, then known")
+    t_online, f_online = to_online_target(run, target)
+    if not math.isnan(t_online):
+        for col, x in enumerate((f_online, t_online / scale)):
+            axes[1, col].plot([x], [goal], color=color, marker="*", markersize=12,
+                              label=_HIDDEN + "online at the target")
 
 
 def plot_losses(runs: list[Run], labels: list[str]) -> Figure:

@@ -127,10 +127,15 @@ def test_curves_have_one_line_per_run_and_config_labels(runs):
     assert labels == [f"{SWEEP[0]}={float(v)}" for v in SWEEP[1]]
     fig = plot_learning_curves(runs, labels, target=100.0)
     axes = np.array(fig.axes).reshape(2, 2)
+    summary = summarize(runs, target=100.0)
+    confirmed = summary["frames_to_confirmed"].notna().sum()
+    online = summary["frames_to_online"].notna().sum()
+    assert confirmed >= 1  # so that the stars are checked
     for col in range(2):
-        # Eval: mean and max per run, plus the target line; online score: one per run.
-        assert len(axes[0, col].lines) == 2 * len(runs) + 1
-        assert len(axes[1, col].lines) == len(runs)
+        # Eval: mean and max per run, the target line, a star per run that confirmed it;
+        # online score: one per run, a star per run whose online mean reached it.
+        assert len(axes[0, col].lines) == 2 * len(runs) + 1 + confirmed
+        assert len(axes[1, col].lines) == len(runs) + online
         assert axes[0, col].get_legend_handles_labels()[1] == labels
     losses = plot_losses(runs, labels)
     for ax in losses.axes:
