@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -137,6 +138,21 @@ def test_an_actor_frozen_shortly_before_the_end_ends_the_job_once_the_learner_sa
     assert res.returncode != 0
     assert "actor rank(s) 2 sent nothing for sync.timeout and were left out; the run is saved" in out
     assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).frames >= 6000
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("good", "received [0, 1, 2, 3] [0.0, 1.0, 2.0"),
+    ("bad-id", "ddrl: error: central: actor rank 1 sent a malformed step (simulator ids "
+               "[0, 1, 2, 7] of a group of 4)"),
+    ("short", "ddrl: error: central: actor rank 1 sent 56 bytes of observations where its "
+              "step's head announces 64")])
+def test_the_learner_checks_an_actors_step_before_it_writes_a_frame(case, expected):
+    """An id past the group's simulators would write into another simulator's frames, a
+    short message would leave bytes uninitialised: both are named, with the rank."""
+    res = subprocess.run([*mpirun(2), sys.executable, str(ROOT / "tests" / "central_messages.py"),
+                          case], cwd=ROOT, env=env_for_tests(), capture_output=True, text=True,
+                         timeout=120)
+    assert expected in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
 
 
 def test_a_stop_signal_checkpoints_and_the_run_resumes(run_dir):

@@ -299,13 +299,16 @@ class RemotePool:
         src = status.Get_source()
         meta_buf = np.empty(status.Get_count(MPI.DOUBLE))
         self._comm.Recv(meta_buf, src, OBS_META)
-        head = OBS_HEAD.unpack(meta_buf)
-        n, games = int(head["n"]), int(head["games"])
-        meta = obs_meta_schema(n, games).unpack(meta_buf)
-        truncated = int(head["truncated"])
+        meta = self._checked_meta(src, meta_buf)
+        truncated = int(meta["truncated"])
         whole = meta["whole"].astype(bool)
         size = self._frames.nbytes(whole)
         data = np.empty(size + truncated * self._row, np.uint8)
+        # Probed first: a shorter message would leave the rest of the buffer uninitialised.
+        self._comm.Probe(src, OBS_DATA, status)
+        if status.Get_count(MPI.BYTE) != data.nbytes:
+            raise DdrlError(f"central: actor rank {src} sent {status.Get_count(MPI.BYTE):,} bytes "
+                            f"of observations where its step's head announces {data.nbytes:,}")
         self._comm.Recv(data, src, OBS_DATA)
         actor = src - 1
         st = self._stats[actor]
@@ -313,13 +316,37 @@ class RemotePool:
         st.steps_received += 1
         if actor not in self._live:
             return None  # left out already: its simulators' unrolls were dropped
-        st.frames += head["frames"]
-        st.clocks[:] = [head[name] for name in CLOCKS]
+        st.frames += meta["frames"]
+        st.clocks[:] = [meta[name] for name in CLOCKS]
         st.bytes_in += meta_buf.nbytes + data.nbytes
-        req = _Request(actor, int(head["group"]), meta["env_ids"].astype(np.int64))
+        req = _Request(actor, int(meta["group"]), meta["env_ids"].astype(np.int64))
         obs = self._frames.decode(self._base(req) + req.env_ids, whole, data[:size])
         final = data[size:].view(self._dtype).reshape(truncated, *self.obs_shape)
         return req, meta, obs, (final if truncated else None)
+
+    def _checked_meta(self, src: int, buf: np.ndarray) -> dict[str, np.ndarray]:
+        """A step's head and blocks, once their sizes and ids are those an actor of this job
+        can send: a wrong one would write into another simulator's frame stack."""
+        def bad(what: str) -> DdrlError:
+            return DdrlError(f"central: actor rank {src} sent a malformed step ({what}); is "
+                             "every rank running the same ddrl and job file?")
+        if not 0 < src <= len(self._stats) or len(buf) < len(OBS_HEAD.names):
+            raise bad(f"{len(buf)} values from a rank that is no actor of this job"
+                      if len(buf) >= len(OBS_HEAD.names) else f"a head of {len(buf)} values")
+        head = OBS_HEAD.unpack(buf)
+        n, games, group = (int(head[k]) for k in ("n", "games", "group"))
+        if not 0 < n <= self._n_sim or games < 0 or not 0 <= group < self._groups:
+            raise bad(f"{n} simulators, {games} games, group {group}; this job has "
+                      f"{self._groups} groups of {self._n_sim}")
+        schema = obs_meta_schema(n, games)
+        if len(buf) != schema.size:
+            raise bad(f"{len(buf)} values where its head announces {schema.size}")
+        meta = schema.unpack(buf)
+        ids = meta["env_ids"]
+        if (ids < 0).any() or (ids >= self._n_sim).any() or len(np.unique(ids)) != n \
+                or not 0 <= int(meta["truncated"]) <= n:
+            raise bad(f"simulator ids {ids.astype(int).tolist()} of a group of {self._n_sim}")
+        return meta
 
     def _base(self, req: _Request) -> int:
         """The learner-wide index of the request's group's first simulator."""
