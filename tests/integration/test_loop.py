@@ -11,6 +11,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from fake_evaluator import FakeEvaluator
 
 from ddrl import checkpoint
 from ddrl.algos.batch import Batch
@@ -19,7 +20,7 @@ from ddrl.distributed.sync import LocalSync
 from ddrl.distributed.world import World
 from ddrl.log import RunLog
 from ddrl.loop.bookkeeping import NONFINITE_LIMIT, Counters
-from ddrl.loop.evaluator import EvalDone, EvalResult, Snapshot, pooled
+from ddrl.loop.evaluator import Snapshot
 from ddrl.loop.trainer import EXIT_NONFINITE, EXIT_SIGNALLED, Trainer
 from ddrl.signals import StopSignals
 
@@ -110,55 +111,6 @@ class FakeActors:
 
     def save_state(self, directory: Path, update: int) -> None:
         pass
-
-
-class FakeEvaluator:
-    """Scores the weights of update u `score(u)`, read at the `polls`-th poll after the start
-    (one poll an update; `polls` may be a function of u), or at once by a poll that waits."""
-
-    def __init__(self, score, polls: int = 1, processes: int = 1,
-                 started: list[int] | None = None, confirm_score=None):
-        self._score, self._polls, self._processes = score, polls, processes
-        # What a confirmation's further games score (by default what the first ones did).
-        self._confirm_score = confirm_score or score
-        self._done: EvalDone | None = None
-        self._left = 0
-        self.started: list[int] = [] if started is None else started  # all siblings' starts
-
-    def siblings(self, most: int) -> list[FakeEvaluator]:
-        return [FakeEvaluator(self._score, self._polls, 1, self.started)
-                for _ in range(min(most, self._processes - 1))]
-
-    @property
-    def busy(self) -> bool:
-        return self._done is not None
-
-    @property
-    def playing(self) -> Snapshot | None:
-        return self._snap if self._done is not None else None
-
-    def start(self, snap) -> None:
-        self._snap = snap
-        self.started.append(snap.update)
-        score = (self._score if snap.prior is None else self._confirm_score)(snap.update)
-        result = EvalResult(score, 0.0, score, snap.episodes or 10)
-        if snap.prior is not None:  # a confirmation: the same weights, more games
-            result = pooled(snap.prior, result)
-        self._done = EvalDone(snap.update, snap.frames, snap.wall_time, result, snap.weights)
-        self._left = self._polls(snap.update) if callable(self._polls) else self._polls
-
-    def within_budget(self) -> bool:
-        return True
-
-    def poll(self, wait: bool = False, stop=None) -> EvalDone | None:
-        self._left -= 1
-        if self._left > 0 and not wait:
-            return None
-        out, self._done = self._done, None
-        return out
-
-    def cancel(self) -> None:
-        self._done = None
 
 
 def make_trainer(tmp_path: Path, sets: list[str], learner=None, actors=None, evaluator=None):
