@@ -95,10 +95,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def entry() -> NoReturn:
-    """The `ddrl` command and `python -m ddrl`: `main`, then the process's end."""
+    """The `ddrl` command and `python -m ddrl`: `main`, then the process's end (with
+    DDRL_FAST_EXIT=1, as the test suite sets it, without Python's teardown)."""
     code = main()
-    if "tensorflow" in sys.modules and all(t.daemon for t in threading.enumerate()
-                                           if t is not threading.main_thread()):
+    if os.environ.get("DDRL_FAST_EXIT") == "1" and "tensorflow" in sys.modules and all(
+            t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
         _exit_without_teardown(code)
     sys.exit(code)
 
@@ -106,7 +107,8 @@ def entry() -> NoReturn:
 def _exit_without_teardown(code: int) -> NoReturn:
     """The end of a normal exit without Python's teardown of every object TensorFlow made,
     which takes about a second a process (each rank of each run; a test suite of short runs
-    spends minutes in it). What a normal exit does for the program is kept: Python's exit
+    spends minutes in it). Opt-in: it calls the private `atexit._run_exitfuncs`, the price of
+    those minutes. What a normal exit does for the program is kept: Python's exit
     handlers (multiprocessing's joins, Horovod's shutdown), MPI_Finalize (mpi4py would call it
     last of all), the standard streams flushed, and C's exit, whose handlers close HDF5."""
     atexit._run_exitfuncs()

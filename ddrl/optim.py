@@ -53,7 +53,8 @@ class AdamMoments:
 def _slots(optimizer: tf.keras.optimizers.Optimizer) -> tuple[list, list]:
     """Keras 2 and 3 both keep the moments under these private names; the public
     `optimizer.variables` mixes them with other state in an order that depends on the Keras
-    version. The only place ddrl reads a library's private attributes."""
+    version. Besides the test suite's opt-in fast exit (cli.py), the only place ddrl uses a
+    library's private names."""
     return optimizer._momentums, optimizer._velocities
 
 

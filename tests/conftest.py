@@ -14,6 +14,10 @@ import pytest
 
 from ddrl.distributed.launch import mpirun_command
 
+# Every ddrl process the tests start skips Python's teardown (ddrl/cli.py): about a second a
+# process, minutes over the suite.
+os.environ.setdefault("DDRL_FAST_EXIT", "1")
+
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ROOT / "jobs"
 DDRL = [sys.executable, "-m", "ddrl"]
