@@ -179,7 +179,7 @@ class Trainer:
         c.frames += int(round(side["frames"]))
         self.actors.progress = c.frames / self.cfg.run.max_frames
         self.learner.schedule(c.frames)
-        c.wall_time = time.perf_counter() - self._t_origin
+        c.wall_time = self._now()
         # A process's step holds its virtual ranks' batches, each counted among the contributors.
         self._window.add(step, res.contributors / len(self.actors.ranks()), res.seconds, res.finite)
         return side
@@ -244,7 +244,11 @@ class Trainer:
                 ] if cfg.target is not None else []
         reached = cfg.target is not None and self._best is not None and self._best >= cfg.target
         return EvalSchedule(cfg, self.evaluator, self._record_eval,
-                            lambda: time.perf_counter() - self._t_origin, c.update, kept, reached)
+                            self._now, c.update, kept, reached)
+
+    def _now(self) -> float:
+        """The run's wall time, resumes included."""
+        return time.perf_counter() - self._t_origin
 
     def _record_eval(self, done: EvalDone, newest: bool) -> None:
         res = done.result
@@ -253,7 +257,7 @@ class Trainer:
                                  "std_return": res.std, "max_return": res.max,
                                  "episodes": res.episodes, "seconds": done.seconds,
                                  "cpu_seconds": done.cpu_seconds, "cut": res.cut,
-                                 "known_at": time.perf_counter() - self._t_origin})
+                                 "known_at": self._now()})
         if res.cut:  # no score: below the target, and no more
             return
         if newest:
