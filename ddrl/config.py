@@ -116,12 +116,14 @@ class AlgoConfig:
     entropy: float = 0.01
     value_coef: float = 0.5
     # PPO: clip range of the ratio (and of the value change, with clip_value), GAE's lambda,
-    # passes over each rollout and minibatches per pass, per-minibatch advantage normalisation.
+    # passes over each rollout and minibatches per pass, advantage normalisation and over what
+    # (each minibatch, or each rank's rollout once).
     ratio_clip: float = 0.1
     gae_lambda: float = 0.95
     epochs: int = 4
     minibatches: int = 4
     normalize: bool = True
+    normalize_over: str = "minibatch"
     clip_value: bool = True
     # V-trace (vtrace, appo): truncation of the importance weights pi / mu in the targets
     # (rho-bar) and in the trace (c-bar); IMPALA's 1.0 for both.
@@ -312,6 +314,7 @@ _CHOICES = {
     "optim.lr_scaling": ("none", "sqrt", "linear"),
     "optim.lr_schedule": ("constant", "linear"),
     "algo.name": ("a2c", "ppo", "vtrace", "appo", "dqn"),
+    "algo.normalize_over": ("minibatch", "rollout"),
     "optim.optimizer": ("adam", "rmsprop"),
     "sync.backend": ("none", "mpi", "horovod"),
     "sync.mode": ("allreduce", "ps", "central"),

@@ -79,7 +79,10 @@ DOCS = {
     "algo.gae_lambda": "PPO: GAE's lambda",
     "algo.epochs": "PPO, APPO: passes over each batch; every minibatch is one update",
     "algo.minibatches": "PPO, APPO: minibatches per pass",
-    "algo.normalize": "PPO, APPO: advantages normalised per minibatch",
+    "algo.normalize": "PPO, APPO: advantages normalised (to mean 0, deviation 1)",
+    "algo.normalize_over": "PPO, APPO: normalise over each minibatch (CleanRL's) or over each "
+                           "rank's rollout once (steadier when a rank's share of a minibatch "
+                           "is small)",
     "algo.clip_value": "PPO, APPO: value loss clipped around the acting values",
     "algo.rho_clip": "V-trace: truncation of the importance weights pi/mu in the targets "
                      "(rho-bar)",

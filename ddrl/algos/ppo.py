@@ -27,6 +27,11 @@ def gae(rewards: np.ndarray, dones: np.ndarray, values: np.ndarray, bootstrap: n
     return advantages, (advantages + values).astype(np.float32)
 
 
+def standardized(adv: np.ndarray) -> np.ndarray:
+    """Advantages to mean 0, deviation 1, as the loss's per-minibatch normalisation does."""
+    return ((adv - adv.mean()) / (adv.std() + 1e-8)).astype(np.float32)
+
+
 def ppo_loss(logits: tf.Tensor, values: tf.Tensor, actions: tf.Tensor,
              targets: dict[str, tf.Tensor], clip: float, clip_value: bool,
              normalize: bool, entropy_coef: float, value_coef: float
@@ -62,13 +67,20 @@ class PPO(ActorCritic):
         r = rollout
         adv, returns = gae(r.rewards, r.dones, r.values, r.bootstrap, self.cfg.algo.gamma,
                            self.cfg.algo.gae_lambda)
-        return {"returns": returns, "advantages": adv, "logp": r.logp.astype(np.float32),
-                "values": r.values.astype(np.float32)}
+        return {"returns": returns, "advantages": self._normalized(adv),
+                "logp": r.logp.astype(np.float32), "values": r.values.astype(np.float32)}
+
+    def _normalized(self, adv: np.ndarray) -> np.ndarray:
+        # Over a rank's rollout, the statistics do not shrink with the minibatch: at a large
+        # global batch a rank's share of a minibatch can be a handful of samples.
+        a = self.cfg.algo
+        return standardized(adv) if a.normalize and a.normalize_over == "rollout" else adv
 
     def loss(self, logits, values, actions, targets):
         a = self.cfg.algo
-        return ppo_loss(logits, values, actions, targets, a.ratio_clip, a.clip_value, a.normalize,
-                        a.entropy, a.value_coef)
+        per_minibatch = a.normalize and a.normalize_over == "minibatch"
+        return ppo_loss(logits, values, actions, targets, a.ratio_clip, a.clip_value,
+                        per_minibatch, a.entropy, a.value_coef)
 
     def minibatches(self, batch: Batch, rng: np.random.Generator) -> list[Batch]:
         out = []

@@ -83,6 +83,6 @@ class APPO(PPO):
 
     def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
         vs, q, _ = _vtrace(self.cfg, rollout)
-        return {"returns": vs, "advantages": q - rollout.values,
+        return {"returns": vs, "advantages": self._normalized(q - rollout.values),
                 "logp": rollout.logp.astype(np.float32),
                 "values": rollout.values.astype(np.float32)}

@@ -2,6 +2,7 @@
 every server (gradient slices out, weight slices of the next version back)."""
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -38,13 +39,13 @@ class WorkerWorld(World):
     # Workers left out after sync.timeout of silence, as server 0 reported at the end.
     lost: int = 0
 
-    def barrier(self) -> None:
+    def barrier(self, timeout: float = math.inf, what: str = "") -> None:
         if self.lost and self.is_root:
             # A left-out worker never arrives, and may hang rather than be dead: rank 0 has
             # saved by now, and only MPI_Abort also ends a hung rank.
             abort(self.job_comm, f"{self.lost} worker rank(s) sent nothing for sync.timeout "
                                  "and were left out; the run is saved; ending the job")
-        super().barrier()
+        super().barrier(timeout, what)
 
 
 class PsSync(LocalSync):

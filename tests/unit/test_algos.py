@@ -8,7 +8,7 @@ import tensorflow as tf
 from ddrl.algos.actor_critic import actor_critic_loss, clip_by_average_norm, nstep_returns
 from ddrl.algos.base import log_prob
 from ddrl.algos.batch import Rollout
-from ddrl.algos.ppo import gae, ppo_loss
+from ddrl.algos.ppo import PPO, gae, ppo_loss
 from ddrl.algos.vtrace import APPO, VTrace, vtrace
 from ddrl.config import Config
 
@@ -253,3 +253,25 @@ def test_vtrace_loss_reports_how_far_the_policy_moved_from_the_acting_one():
     assert np.isnan(float(stats["clip_frac"]))
     np.testing.assert_allclose(float(stats["approx_kl"]), np.mean(ratio - 1 - np.log(ratio)),
                                rtol=1e-4)
+
+
+def test_rollout_normalisation_standardises_once_and_the_loss_keeps_it():
+    cfg = Config()
+    cfg.algo.normalize_over = "rollout"
+    rewards, dones, values, bootstrap = rollout(T=32, N=16)
+    r = Rollout(rewards, dones, values, RNG.standard_normal(rewards.shape).astype(np.float32),
+                bootstrap)
+    adv = PPO(cfg).targets(r)["advantages"]
+    raw, _ = gae(rewards, dones, values, bootstrap, cfg.algo.gamma, cfg.algo.gae_lambda)
+    np.testing.assert_allclose(adv, (raw - raw.mean()) / (raw.std() + 1e-8), rtol=1e-5)
+    # A minibatch of 4 keeps the rollout's scale: the loss does not standardise it again.
+    n = 4
+    logits = np.zeros((n, 3), np.float32)
+    part = {"advantages": adv[0, :n], "returns": np.zeros(n, np.float32),
+            "logp": np.full(n, np.log(1 / 3), np.float32), "values": np.zeros(n, np.float32)}
+    _, stats = PPO(cfg).loss(tf.constant(logits), tf.constant(np.zeros(n, np.float32)),
+                             tf.constant(np.zeros(n, np.int32)),
+                             {k: tf.constant(v) for k, v in part.items()})
+    np.testing.assert_allclose(float(stats["policy_loss"]), -adv[0, :n].mean(), rtol=1e-5)
+    assert APPO(cfg).targets(Rollout(rewards, dones, values, r.logp, bootstrap,
+                                     r.logp))["advantages"].std() == pytest.approx(1, abs=1e-4)
