@@ -38,6 +38,7 @@ from ddrl.loop.bookkeeping import (
 from ddrl.loop.evaluator import BackgroundEvaluator, EvalDone, Snapshot, evaluate
 from ddrl.loop.faults import Faults
 from ddrl.loop.progress import Progress
+from ddrl.loop.records import RootRecords
 from ddrl.loop.schedule import EvalSchedule
 from ddrl.output import say
 from ddrl.seeding import derive_seed
@@ -74,7 +75,8 @@ class Trainer:
         self._last_sync = 0.0
         self._nonfinite_streak = 0
         learner.schedule(counters.frames)  # the first update's rate (a warm-up's, a resume's)
-        self._best = checkpoint.best_score(run_dir / "checkpoints") if world.is_root else None
+        self._records = RootRecords(log, counters, self.progress, run_dir) if world.is_root \
+            else None
         self._schedule = self._resumed_schedule() if world.is_root else None
         self._last_checkpoint = time.monotonic()
         # Periodic checkpoints are written off the training thread (a large net's .npz takes
@@ -187,47 +189,20 @@ class Trainer:
     def _root_duties(self, batch: Batch, stats: dict[str, float], step: Step, res: SyncResult,
                      ranks: np.ndarray) -> None:
         c = self.counters
-        self._log_episodes()
+        self._records.episodes(self.actors.pop_episodes())
         if c.update % self.cfg.run.log_every == 0:
-            self._log_update(batch, stats, step, res,
-                             ranks.reshape(self.world.size, len(RANK_FIELDS)))
+            self._records.update(batch, {**stats, "lr": self.learner.lr,
+                                         **self._window.row(c.wall_time),
+                                         "owed_dropped": self._schedule.dropped},
+                                 step, res, ranks.reshape(self.world.size, len(RANK_FIELDS)))
+            self._records.rows(self.actors.pop_rows(self._window.updates))
+            self._window = Window(start=c.wall_time)
         self._schedule.poll(wait=False)
         self._schedule.due(c.update, self._snapshot)
         if time.monotonic() - self._last_checkpoint >= self.cfg.run.checkpoint_minutes * 60:
             self._checkpoint(background=True)
             self._last_checkpoint = time.monotonic()
         self.progress.maybe_print(c.frames, c.wall_time, c.update)
-
-    def _log_episodes(self) -> None:
-        c = self.counters
-        for ret, length in self.actors.pop_episodes():
-            # Stamped with the global frame count at this update: the x axis of every curve.
-            self.log.append("episodes", {"rank": 0, "frames": c.frames, "wall_time": c.wall_time,
-                                         "return": ret, "length": length})
-            self.progress.online.append(ret)
-
-    def _log_update(self, batch: Batch, stats: dict[str, float], step: Step, res: SyncResult,
-                    ranks: np.ndarray) -> None:
-        """A `/train` row for the window since the last one, a `/ranks` row per rank."""
-        c = self.counters
-        self.log.append("train", {
-            "update": c.update, "frames": c.frames, "wall_time": c.wall_time,
-            **stats, "lr": self.learner.lr, **self._window.row(c.wall_time),
-            "contributors": res.contributors, "effective_batch": len(batch) * res.contributors,
-            "policy_lag": float(c.update - 1 - batch.acted_at.mean()),
-            "dropped": res.dropped, "staleness": res.staleness,
-            "t_sim": step.t_sim, "t_predict": step.t_predict, "restart": c.restarts,
-            "owed_dropped": self._schedule.dropped})
-        # A rank's figures may sum several of its steps since rank 0's previous update.
-        reports = np.ones(len(ranks)) if res.reports is None else np.maximum(res.reports, 1)
-        contributed = np.ones(len(ranks), int) if res.applied is None else res.applied
-        for r, row in enumerate(ranks):
-            self.log.append("ranks", {"update": c.update, "wall_time": c.wall_time, "rank": r,
-                                      **dict(zip(RANK_FIELDS, row / reports[r])),
-                                      "contributed": contributed[r]})
-        self._log_rows(res.rows)
-        self._log_rows(self.actors.pop_rows(self._window.updates))
-        self._window = Window(start=c.wall_time)
 
     def _snapshot(self) -> Snapshot:
         c = self.counters
@@ -242,38 +217,15 @@ class Trainer:
         kept = [Snapshot(u.weights, u.update, u.frames, u.wall_time) for u in
                 checkpoint.load_unplayed(self.run_dir / "checkpoints", c.update)
                 ] if cfg.target is not None else []
-        reached = cfg.target is not None and self._best is not None and self._best >= cfg.target
-        return EvalSchedule(cfg, self.evaluator, self._record_eval,
+        best = self._records.best
+        reached = cfg.target is not None and best is not None and best >= cfg.target
+        return EvalSchedule(cfg, self.evaluator,
+                            lambda done, newest: self._records.evaluation(done, newest, self._now()),
                             self._now, c.update, kept, reached)
 
     def _now(self) -> float:
         """The run's wall time, resumes included."""
         return time.perf_counter() - self._t_origin
-
-    def _record_eval(self, done: EvalDone, newest: bool) -> None:
-        res = done.result
-        self.log.append("eval", {"update": done.update, "frames": done.frames,
-                                 "wall_time": done.wall_time, "mean_return": res.mean,
-                                 "std_return": res.std, "max_return": res.max,
-                                 "episodes": res.episodes, "seconds": done.seconds,
-                                 "cpu_seconds": done.cpu_seconds, "cut": res.cut,
-                                 "known_at": self._now()})
-        if res.cut:  # no score: below the target, and no more
-            return
-        if newest:
-            self.progress.eval_score = res.mean
-        if self._best is None or res.mean > self._best:
-            self._best = res.mean
-            checkpoint.save_best(self.run_dir / "checkpoints", checkpoint.Checkpoint(
-                done.update, done.frames, done.wall_time, self.counters.restarts, done.weights,
-                [], res.mean))
-
-    def _log_rows(self, tables: dict[str, list[dict[str, float]]]) -> None:
-        """A sync backend's or the actors' own telemetry, stamped with this update."""
-        for table, rows in tables.items():
-            for row in rows:
-                self.log.append(table, {"update": self.counters.update,
-                                        "wall_time": self.counters.wall_time, **row})
 
     def _checkpoint(self, background: bool = False) -> Path | None:
         """The new checkpoint (None when written in the background); None also when the
@@ -309,7 +261,7 @@ class Trainer:
         if final is not None:
             self._apply(final.update)
             if self.world.is_root:
-                self._log_rows(final.rows)
+                self._records.rows(final.rows)
         self.actors.close()
         # The weights first, before anything long (a replay memory's gigabytes, the final
         # evaluation): a full disk or the batch system's kill then costs the rest, not them.

@@ -1,0 +1,78 @@
+"""Rank 0's rows in the run's log: episodes, a `/train` row per window with a `/ranks` row per
+rank, the backends' and actors' own tables, and evaluations (the best weights kept beside
+them). Every row is stamped with the run's counters at the update it belongs to."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from ddrl import checkpoint
+from ddrl.algos.batch import Batch
+from ddrl.distributed.sync import SyncResult
+from ddrl.log import RunLog
+from ddrl.loop.bookkeeping import RANK_FIELDS, Counters, Step
+from ddrl.loop.evaluator import EvalDone
+from ddrl.loop.progress import Progress
+
+
+class RootRecords:
+    def __init__(self, log: RunLog, counters: Counters, progress: Progress, run_dir: Path):
+        self.log, self.counters, self.progress = log, counters, progress
+        self._checkpoints = run_dir / "checkpoints"
+        self.best = checkpoint.best_score(self._checkpoints)
+
+    def episodes(self, finished: Iterable[tuple[float, int]]) -> None:
+        c = self.counters
+        for ret, length in finished:
+            # Stamped with the global frame count at this update: the x axis of every curve.
+            self.log.append("episodes", {"rank": 0, "frames": c.frames, "wall_time": c.wall_time,
+                                         "return": ret, "length": length})
+            self.progress.online.append(ret)
+
+    def update(self, batch: Batch, figures: dict[str, float], step: Step, res: SyncResult,
+               ranks: np.ndarray) -> None:
+        """A `/train` row with the window's `figures` (the loss terms, the rate, the window's
+        means), a `/ranks` row per rank (`ranks`: one RANK_FIELDS row each)."""
+        c = self.counters
+        self.log.append("train", {
+            "update": c.update, "frames": c.frames, "wall_time": c.wall_time, **figures,
+            "contributors": res.contributors, "effective_batch": len(batch) * res.contributors,
+            "policy_lag": float(c.update - 1 - batch.acted_at.mean()),
+            "dropped": res.dropped, "staleness": res.staleness,
+            "t_sim": step.t_sim, "t_predict": step.t_predict, "restart": c.restarts})
+        # A rank's figures may sum several of its steps since rank 0's previous update.
+        reports = np.ones(len(ranks)) if res.reports is None else np.maximum(res.reports, 1)
+        contributed = np.ones(len(ranks), int) if res.applied is None else res.applied
+        for r, row in enumerate(ranks):
+            self.log.append("ranks", {"update": c.update, "wall_time": c.wall_time, "rank": r,
+                                      **dict(zip(RANK_FIELDS, row / reports[r])),
+                                      "contributed": contributed[r]})
+        self.rows(res.rows)
+
+    def rows(self, tables: dict[str, list[dict[str, float]]]) -> None:
+        """A sync backend's or the actors' own telemetry, stamped with this update."""
+        for table, rows in tables.items():
+            for row in rows:
+                self.log.append(table, {"update": self.counters.update,
+                                        "wall_time": self.counters.wall_time, **row})
+
+    def evaluation(self, done: EvalDone, newest: bool, known_at: float) -> None:
+        """An `/eval` row; the best weights so far saved beside the checkpoints."""
+        res = done.result
+        self.log.append("eval", {"update": done.update, "frames": done.frames,
+                                 "wall_time": done.wall_time, "mean_return": res.mean,
+                                 "std_return": res.std, "max_return": res.max,
+                                 "episodes": res.episodes, "seconds": done.seconds,
+                                 "cpu_seconds": done.cpu_seconds, "cut": res.cut,
+                                 "known_at": known_at})
+        if res.cut:  # no score: below the target, and no more
+            return
+        if newest:
+            self.progress.eval_score = res.mean
+        if self.best is None or res.mean > self.best:
+            self.best = res.mean
+            checkpoint.save_best(self._checkpoints, checkpoint.Checkpoint(
+                done.update, done.frames, done.wall_time, self.counters.restarts, done.weights,
+                [], res.mean))
