@@ -233,6 +233,17 @@ class EvalConfig:
     # While a crossing's confirmation plays, every rank waits (synchronous placements): the
     # evaluator gets the cores, and the run knows in seconds whether it is done.
     pause_to_confirm: bool = True
+    # Once a live evaluation has scored this much, every later one pauses the ranks as a
+    # confirmation does and plays on all the job's cores on this machine: the run learns within
+    # seconds of each due evaluation whether its newest weights cross the target (none: never).
+    focus_above: float | None = None
+    # The ranks wait for focused evaluations at most this share of the run's wall time (one
+    # due beyond it plays in the background); confirmations are not counted.
+    pause_share: float = 0.05
+    # After a confirmed crossing (or a budget's end without one), play the weights the
+    # evaluator had no time for, to find the earliest at the target: an earlier time to target,
+    # known later. Off: the run stops once it knows, and keeps no skipped weights.
+    backfill: bool = True
     # Probability of a random action instead of the greedy one (0: greedy, as in the paper).
     epsilon: float = 0.0
     # The evaluator process's niceness: at 19 it plays on the CPU time the ranks leave idle.
@@ -357,7 +368,8 @@ _RANGES = {
     "sync.virtual_ranks": (1, 4096, True), "optim.warmup_frames": (0, 10**12, True),
     "eval.every": (1, None, True), "eval.confirm_episodes": (0, None, True),
     "eval.episodes": (0, None, True), "eval.epsilon": (0.0, 1.0, True),
-    "eval.cpu_share": (0.0, 1.0, False), "eval.nice": (0, 19, True),
+    "eval.cpu_share": (0.0, 1.0, False),
+    "eval.pause_share": (0.0, 1.0, True), "eval.nice": (0, 19, True),
     "debug.slow_factor": (1.0, None, True),
     "central.groups": (1, 64, True), "central.batch": (0, None, True),
     "central.deadline_ms": (0.0, None, True),

@@ -181,6 +181,16 @@ DOCS = {
     "eval.pause_to_confirm": "while a crossing of `eval.target` plays its confirmation, every "
                              "rank waits (all-reduce placements), so the evaluator has the "
                              "cores and the run knows at once",
+    "eval.focus_above": "once a live evaluation scores this much, each later one pauses the "
+                        "ranks and plays on all the job's cores on the machine, so the run "
+                        "knows within seconds whether its newest weights cross the target "
+                        "(`none`: never)",
+    "eval.pause_share": "the ranks wait for focused evaluations at most this share of the "
+                        "run's wall time; one due beyond it plays in the background "
+                        "(confirmations not counted)",
+    "eval.backfill": "after a crossing is confirmed, or a budget ends without one, play the "
+                     "weights the evaluator had no time for, to find the earliest at the target "
+                     "(earlier, known later); false: the run stops once it knows",
     "eval.target": "stop when an evaluation's mean reaches this score (`none`: never)",
     "eval.epsilon": "probability of a random action in evaluation (0: greedy, as in the paper; "
                     "DQN's convention is 0.05)",

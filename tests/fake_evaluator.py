@@ -17,6 +17,7 @@ class FakeEvaluator:
         self._done: EvalDone | None = None
         self._left = 0
         self.started: list[int] = [] if started is None else started  # all siblings' starts
+        self.seconds = 0.0  # the wall time each evaluation reports
 
     def siblings(self, most: int) -> list[FakeEvaluator]:
         return [FakeEvaluator(self._score, self._polls, 1, self.started)
@@ -37,7 +38,8 @@ class FakeEvaluator:
         result = EvalResult(score, 0.0, score, snap.episodes or 10)
         if snap.prior is not None:  # a confirmation: the same weights, more games
             result = pooled(snap.prior, result)
-        self._done = EvalDone(snap.update, snap.frames, snap.wall_time, result, snap.weights)
+        self._done = EvalDone(snap.update, snap.frames, snap.wall_time, result, snap.weights,
+                              seconds=self.seconds, paused=snap.paused)
         self._left = self._polls(snap.update) if callable(self._polls) else self._polls
 
     def within_budget(self) -> bool:

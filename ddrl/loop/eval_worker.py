@@ -76,11 +76,12 @@ def main(fd_in: int, fd_out: int, cpus: set[int]) -> int:
     # counts the evaluations' CPU time, not it.
     lower_priority(nice)
     while (job := jobs.get()) is not None:
-        weights, update, episodes, seed, prior = job
+        weights, update, episodes, seed, prior, cores = job
         started = cpu_seconds()
         try:
             learner.set_weights(weights)
-            res = evaluate(cfg, learner, episodes, seed, gone, out_of_reach(cfg, episodes, prior))
+            res = evaluate(cfg, learner, episodes, seed, gone, out_of_reach(cfg, episodes, prior),
+                           cores)
         except Exception:
             outbox.send(("error", update, traceback.format_exc()))
             return 1

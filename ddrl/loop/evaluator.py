@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 
 import numpy as np
@@ -60,13 +60,17 @@ def eval_actions(cfg: Config, logits: np.ndarray, n_actions: int,
 def play_games(cfg: Config, episodes: int, seed: int,
                scores: Callable[[Step], np.ndarray],
                stop: threading.Event | None = None,
-               give_up: Callable[[list[float]], bool] | None = None) -> Played | None:
+               give_up: Callable[[list[float]], bool] | None = None,
+               cores: int = 0) -> Played | None:
     """Play `episodes` whole games under the evaluation protocol, `scores(step)` rating each
     simulator's actions (logits or Q-values; `eval_actions` picks from them); each simulator
     plays its share so long games count too. None when `stop` is set before they are all
-    played; fewer games when `give_up(returns so far)` says so as a game ends."""
+    played; fewer games when `give_up(returns so far)` says so as a game ends. `cores`: see
+    `eval_simulators`."""
     quota = np.array([len(part) for part in np.array_split(np.arange(episodes),
-                                                          eval_simulators(episodes))])
+                                                          eval_simulators(episodes, cores))])
+    if cores:
+        cfg = replace(cfg, env=replace(cfg.env, env_threads=cores))
     pool = make_pool(cfg, len(quota), seed, train=False)
     rng = np.random.default_rng(seed)
     played = Played([], np.zeros(pool.n_actions, np.int64))
@@ -91,8 +95,12 @@ def play_games(cfg: Config, episodes: int, seed: int,
     return played
 
 
-def eval_simulators(episodes: int) -> int:
-    return min(episodes, MAX_EVAL_SIMS)
+def eval_simulators(episodes: int, cores: int = 0) -> int:
+    """Simulators that play `episodes` games side by side: in the background, many (one
+    batched inference for all); with `cores` of its own while the ranks wait, two per core,
+    each stepped by a thread of its own, so that a hopeless evaluation's first game, which
+    cuts it short, ends after few steps of all of them."""
+    return min(episodes, 2 * cores if cores else MAX_EVAL_SIMS)
 
 
 def out_of_reach(cfg: Config, episodes: int, prior: EvalResult | None = None
@@ -113,13 +121,14 @@ def out_of_reach(cfg: Config, episodes: int, prior: EvalResult | None = None
 
 def evaluate(cfg: Config, learner, episodes: int, seed: int,
              stop: threading.Event | None = None,
-             give_up: Callable[[list[float]], bool] | None = None) -> EvalResult | None:
+             give_up: Callable[[list[float]], bool] | None = None,
+             cores: int = 0) -> EvalResult | None:
     """The learner's policy over `episodes` whole games (fewer when `give_up` says so, see
-    `play_games`); None when `stop` is set first."""
-    state = RecurrentState(eval_simulators(episodes), learner.recurrent)
+    `play_games`, and for `cores`); None when `stop` is set first."""
+    state = RecurrentState(eval_simulators(episodes, cores), learner.recurrent)
     played = play_games(cfg, episodes, seed,
                         lambda step: state.step(learner.predict, step.obs, step.done)[0], stop,
-                        give_up)
+                        give_up, cores)
     if played is None:
         return None
     r = np.array([ret for ret, _ in played.games])
@@ -139,6 +148,8 @@ class EvalDone:
     weights: np.ndarray
     seconds: float = 0.0
     cpu_seconds: float = 0.0
+    # The ranks waited for it (Snapshot.paused).
+    paused: bool = False
 
 
 # The evaluator process's program (it imports this module: named, not imported here).
@@ -155,13 +166,15 @@ WORKER_DEATHS = 3
 class Snapshot:
     """Weights to evaluate, and the update, frames and wall time at which they were taken.
     A confirmation (`prior`: what these weights scored already) plays `episodes` more games
-    of its own seeds; its result is over all the games."""
+    of its own seeds; its result is over all the games. `paused`: the ranks wait while it
+    plays, which it does on all the job's cores on this machine."""
     weights: np.ndarray
     update: int
     frames: int
     wall_time: float
     prior: EvalResult | None = None
     episodes: int = 0
+    paused: bool = False
 
 
 def pooled(a: EvalResult, b: EvalResult) -> EvalResult:
@@ -234,7 +247,8 @@ class BackgroundEvaluator:
         self._pending = _Pending(snapshot, time.monotonic())
         try:
             self._to.send((snapshot.weights, snapshot.update,
-                           snapshot.episodes or self._cfg.eval.episodes, seed, snapshot.prior))
+                           snapshot.episodes or self._cfg.eval.episodes, seed, snapshot.prior,
+                           max(len(self._cpus), self._cores) if snapshot.paused else 0))
         except OSError:
             pass  # a worker that died: poll tells
 
@@ -280,7 +294,7 @@ class BackgroundEvaluator:
         if snap.prior is not None:
             result = pooled(snap.prior, result)
         return EvalDone(snap.update, snap.frames, snap.wall_time, result, snap.weights,
-                        time.monotonic() - pending.started, cpu)
+                        time.monotonic() - pending.started, cpu, snap.paused)
 
     def _worker_died(self, update: int) -> None:
         code = self._proc.wait()

@@ -54,9 +54,17 @@ class EvalSchedule:
 
     def __init__(self, cfg: EvalConfig, evaluator: Evaluator | None,
                  record: Callable[[EvalDone, bool], None], clock: Callable[[], float],
-                 mark: int = 0, kept: list[Snapshot] | None = None, reached: bool = False):
+                 mark: int = 0, kept: list[Snapshot] | None = None, reached: bool = False,
+                 can_pause: bool = False):
         self.cfg, self.evaluator, self._record, self._clock = cfg, evaluator, record, clock
         self.mark = mark  # the update of the last evaluation started
+        # Whether the ranks can wait for an evaluation (synchronous placements), and whether
+        # they do for every due one from now on (eval.focus_above reached).
+        self._can_pause = can_pause
+        self.focused = False
+        # Seconds the ranks waited for focused evaluations, the last one's: the next waits
+        # about as long (eval.pause_share bounds their sum).
+        self.waited, self._last_wait = 0.0, 0.0
         # A run resumed after its hit (a stop cut the owed evaluations short) trains no further
         # and plays the weights it still owes.
         self.target_reached = reached
@@ -74,13 +82,18 @@ class EvalSchedule:
         if ev is None or not self.cfg.episodes or self.target_reached \
                 or update // every <= self.mark // every:
             return
-        if not ev.busy and ev.within_budget():
-            ev.start(snapshot())
+        pause = self.focused and self.waited + self._last_wait \
+            <= self.cfg.pause_share * self._clock()
+        if not ev.busy and (pause or ev.within_budget()):
+            snap = snapshot()
+            snap.paused = pause
+            ev.start(snap)
             self.gap, self.skipped = [*self.gap, *self.skipped], []
             self.mark = update
             return
         last_kept = self.skipped[-1].update if self.skipped else self.mark
-        if self.cfg.target is not None and update // every > last_kept // every:
+        if self.cfg.target is not None and self.cfg.backfill \
+                and update // every > last_kept // every:
             self.skipped.append(snapshot())
             over = len(self.gap) + len(self.skipped) - max(
                 1, SKIPPED_BYTES // self.skipped[-1].weights.nbytes)
@@ -102,16 +115,17 @@ class EvalSchedule:
         del self.skipped[:count - from_gap]
 
     @property
-    def confirming(self) -> bool:
-        """Whether the evaluator plays a crossing's confirmation."""
+    def pausing(self) -> bool:
+        """Whether the evaluator plays what the ranks wait for: a crossing's confirmation
+        (eval.pause_to_confirm) or, once focused, any evaluation."""
         playing = self.evaluator.playing if self.evaluator is not None else None
-        return playing is not None and playing.prior is not None
+        return playing is not None and playing.paused
 
     def unplayed(self) -> list[Snapshot]:
         """The weights due and not yet scored: those skipped before the last evaluation, its
         own while it plays, those skipped since; after a hit, those skipped before it (the
         later ones cannot come before it)."""
-        if self.cfg.target is None:
+        if self.cfg.target is None or not self.cfg.backfill:
             return []
         if self.target_reached:
             return list(self.gap)
@@ -140,12 +154,23 @@ class EvalSchedule:
         if target is None or res.mean < target or res.episodes >= needed:
             return None
         return Snapshot(done.weights, done.update, done.frames, done.wall_time, prior=res,
-                        episodes=needed - res.episodes)
+                        episodes=needed - res.episodes,
+                        paused=self._can_pause and self.cfg.pause_to_confirm)
 
     def finished(self, done: EvalDone) -> None:
         """`done` recorded; the target reached when it is confirmed."""
-        self._record(done, done.update >= self.mark)
+        newest = done.update >= self.mark
+        self._record(done, newest)
+        if done.paused and done.result.episodes <= self.cfg.episodes:  # not a confirmation
+            self.waited += done.seconds
+            self._last_wait = done.seconds
         target, res = self.cfg.target, done.result
+        focus = self.cfg.focus_above
+        if newest and self._can_pause and focus is not None and res.mean >= focus \
+                and not self.focused:
+            self.focused = True
+            say(f"[ddrl] evaluation of update {done.update} scored {res.mean:.1f} (eval."
+                f"focus_above {focus:g}): the ranks wait for each evaluation from now on")
         if target is None or res.mean < target or self._confirmation(done) is not None \
                 or self.target_reached:
             return
@@ -163,6 +188,8 @@ class EvalSchedule:
         after a run that used its budget without a hit, all it kept. Each is recorded with its
         own update, frames and wall time, after the run's rows. Returns those still owed (a
         stop signal, a worker that died), or None when none were played."""
+        if not self.cfg.backfill:
+            return None
         if self.target_reached:
             owed, why = self.gap, "target reached; evaluating the weights skipped before the " \
                 "ones that reached it"

@@ -135,19 +135,19 @@ class Trainer:
         extras = self._side.pack(signalled=float(signalled), frames=step.frames)
         if self.world.is_root:
             self._side.set(extras, "stop", ROOT_STOPS.index(self._root_stop()))
-            self._side.set(extras, "pause", self.cfg.eval.pause_to_confirm and self.sync.lockstep
-                           and self._schedule.confirming)
+            self._side.set(extras, "pause", self._schedule.pausing)
         start = len(RANK_FIELDS) * self.world.rank
         self._side.get(extras, "ranks")[start:start + len(RANK_FIELDS)] = step.rank_figures()
         return extras
 
     def _pause(self, stop: threading.Event) -> None:
-        """Every rank waits, idle, while rank 0's evaluator plays a confirmation (its result
-        is known at the end of it; a stop signal ends the wait)."""
+        """Every rank waits, idle, while rank 0's evaluator plays what they wait for (a
+        confirmation, a focused evaluation: see EvalSchedule.pausing); a stop signal ends the
+        wait."""
         if self.world.is_root:
             # At most half of sync.timeout: the evaluation goes on, the ranks then train on.
             until = time.monotonic() + self.cfg.sync.timeout / 2
-            while self._schedule.confirming and not stop.is_set() and time.monotonic() < until:
+            while self._schedule.pausing and not stop.is_set() and time.monotonic() < until:
                 self._schedule.poll(wait=False)
                 time.sleep(0.02)
         self.world.barrier(self.cfg.sync.timeout, "to end a pause")
@@ -219,9 +219,14 @@ class Trainer:
                 ] if cfg.target is not None else []
         best = self._records.best
         reached = cfg.target is not None and best is not None and best >= cfg.target
-        return EvalSchedule(cfg, self.evaluator,
-                            lambda done, newest: self._records.evaluation(done, newest, self._now()),
-                            self._now, c.update, kept, reached)
+        schedule = EvalSchedule(cfg, self.evaluator,
+                                lambda done, newest: self._records.evaluation(done, newest,
+                                                                              self._now()),
+                                self._now, c.update, kept, reached, self.sync.lockstep)
+        # A resumed run that had focused stays so (its best evaluation is at eval.focus_above).
+        schedule.focused = self.sync.lockstep and None not in (best, cfg.focus_above) \
+            and best >= cfg.focus_above
+        return schedule
 
     def _now(self) -> float:
         """The run's wall time, resumes included."""

@@ -37,3 +37,27 @@ def test_an_evaluation_stops_once_the_target_is_out_of_reach_and_plays_on_while_
                             give_up=out_of_reach(cfg, episodes))
         assert (len(played.games) == episodes) == played_all, len(played.games)
         assert len(played.games) >= 5
+
+
+def test_an_evaluation_with_cores_of_its_own_plays_on_two_simulators_a_core():
+    """While the ranks wait, an evaluation plays on 2 simulators per core: every game still
+    counted, and a hopeless one cut after fewer steps than on the background's many."""
+    from ddrl.loop.evaluator import out_of_reach
+
+    cfg = load_config(JOBS / "cartpole.toml", ["eval.epsilon=0", "eval.target=400",
+                                               "eval.max_return=500"])
+    steps = {}
+    seen: list[int] = []
+
+    def push_right(step):
+        seen.append(len(step.obs))
+        return np.tile([0.0, 1.0], (len(step.obs), 1))
+    for cores in (0, 2):
+        seen.clear()
+        played = play_games(cfg, 10, seed=7, scores=push_right, cores=cores)
+        assert len(played.games) == 10 and max(seen) == (10 if cores == 0 else 4)
+        seen.clear()
+        play_games(cfg, 10, seed=7, scores=push_right, give_up=out_of_reach(cfg, 10),
+                   cores=cores)
+        steps[cores] = sum(seen)
+    assert steps[2] < steps[0], steps

@@ -23,14 +23,16 @@ def drive(schedule: EvalSchedule, updates: range, size: int = 4) -> None:
         schedule.due(u, lambda u=u: snap(u, size))
 
 
-def make(score, polls=1, confirm=0, target=18.0, every=2, confirm_score=None):
+def make(score, polls=1, confirm=0, target=18.0, every=2, confirm_score=None,
+         can_pause=True, **settings):
     recorded: list[tuple[int, float, int, bool]] = []
     evaluator = FakeEvaluator(score, polls, confirm_score=confirm_score)
     schedule = EvalSchedule(
-        EvalConfig(every=every, episodes=10, target=target, confirm_episodes=confirm), evaluator,
+        EvalConfig(every=every, episodes=10, target=target, confirm_episodes=confirm, **settings),
+        evaluator,
         lambda done, newest: recorded.append(
             (done.update, done.result.mean, done.result.episodes, newest)),
-        clock=lambda: 0.0)
+        clock=lambda: 0.0, can_pause=can_pause)
     return schedule, evaluator, recorded
 
 
@@ -104,6 +106,59 @@ def test_it_says_when_the_evaluator_plays_a_confirmation():
     for u in range(1, 9):
         schedule.poll(wait=False)
         schedule.due(u, lambda u=u: snap(u))
-        seen.append(schedule.confirming)
+        seen.append(schedule.pausing)
     # 4's 10 games end at update 6's poll, its 40 more at update 8's.
     assert seen == [False, False, False, False, False, True, True, False]
+
+
+def test_once_an_evaluation_reaches_focus_above_every_later_one_is_waited_for():
+    """Update u's weights score 2u - 4: the evaluation of 6 reaches 5 (eval.focus_above), known
+    as 8 is due; from then on the ranks wait for every due evaluation."""
+    schedule, evaluator, _ = make(lambda u: 2.0 * u - 4, polls=2, focus_above=5.0)
+    started = {}
+    for u in range(1, 13):
+        schedule.poll(wait=False)
+        schedule.due(u, lambda u=u: snap(u))
+        if schedule.evaluator.playing is not None:
+            started[schedule.evaluator.playing.update] = schedule.pausing
+    assert schedule.focused
+    assert started == {2: False, 4: False, 6: False, 8: True, 10: True, 12: True}
+
+
+def test_a_placement_that_cannot_wait_never_focuses():
+    schedule, _, _ = make(lambda u: 10.0, focus_above=5.0, can_pause=False)
+    drive(schedule, range(1, 9))
+    assert not schedule.focused and not schedule.pausing
+
+
+def test_without_backfill_no_weights_are_kept_and_none_owed_after_a_hit():
+    """A slow evaluator skips weights; eval.backfill = false keeps none, and after the hit the
+    run has nothing to play."""
+    schedule, evaluator, _ = make(lambda u: 20.0 if u >= 8 else 0.0, polls=5, backfill=False)
+    drive(schedule, range(1, 40))
+    assert schedule.target_reached and schedule.skipped == [] and schedule.unplayed() == []
+    assert schedule.play_owed(threading.Event(), on_budget=False) is None
+
+
+def test_focused_waits_stay_within_pause_share_and_the_rest_play_in_the_background():
+    """Each focused evaluation makes the ranks wait 3 s; at 5 s of wall time an update and
+    eval.pause_share 0.1, a due one is waited for only while the waits so far and one more fit
+    in a tenth of the run's time: the k-th at 30k s, 10 in the 300 s of 60 updates."""
+    now = [0.0]
+    evaluator = FakeEvaluator(lambda u: 0.0)
+    evaluator.seconds = 3.0
+    schedule = EvalSchedule(EvalConfig(every=2, episodes=10, target=18.0, focus_above=-21.0,
+                                       pause_share=0.1),
+                            evaluator, lambda done, newest: None, clock=lambda: now[0],
+                            can_pause=True)
+    waited = []
+    for u in range(1, 61):
+        now[0] = 5.0 * u
+        schedule.poll(wait=False)
+        schedule.due(u, lambda u=u: snap(u))
+        if schedule.pausing:
+            waited.append(u)
+    assert schedule.focused
+    assert schedule.waited <= 0.1 * now[0] and len(waited) == 10, (schedule.waited, waited)
+    # The evaluations that did not fit still played, in the background.
+    assert len(evaluator.started) == 30
