@@ -128,16 +128,21 @@ def test_a_frozen_actor_is_left_out_and_the_run_goes_on(run_dir):
 def test_an_actor_frozen_shortly_before_the_end_ends_the_job_once_the_learner_saved(run_dir):
     """Frozen a few seconds before the run's last frames, too late to be left out during the
     run: its goodbye never comes, and after sync.timeout the learner counts it lost and ends
-    the job, saved, rather than waiting for it at the final barrier for ever."""
+    the job, saved, rather than waiting for it at the final barrier for ever. The final
+    checkpoint is written before that wait: Slurm's warning gives 120 s, sync.timeout may be
+    more."""
     res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *CENTRAL, *NO_EVAL,
                "--set", "run.max_frames=6000", "--set", "sync.timeout=30",
                "--set", "debug.freeze_rank=2", "--set", "debug.freeze_update=50",
                ranks=3, timeout=240)
+    ended = time.time()
     out = res.stdout + res.stderr
     assert "stopped (frames)" in out and "going on with" not in out, out[-3000:]
     assert res.returncode != 0
     assert "actor rank(s) 2 sent nothing for sync.timeout and were left out; the run is saved" in out
-    assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).frames >= 6000
+    final = checkpoint.latest(run_dir / "checkpoints")
+    assert checkpoint.load(final).frames >= 6000
+    assert ended - final.stat().st_mtime > 20, "the final checkpoint waited for the goodbyes"
 
 
 @pytest.mark.parametrize("case, expected", [

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 import numpy as np
 
@@ -177,6 +178,18 @@ class Snapshot:
     paused: bool = False
 
 
+def evaluate_here(cfg: Config, learner, snap: Snapshot, seed: int,
+                  stop: threading.Event | None = None) -> EvalDone | None:
+    """`snap`'s weights, which are the learner's, over `cfg.eval.episodes` games on this
+    process's threads: the process's CPU time is the evaluation's. None when `stop` is set
+    first."""
+    wall, cpu = time.monotonic(), time.process_time()
+    res = evaluate(cfg, learner, cfg.eval.episodes, seed, stop)
+    if res is None:
+        return None
+    return EvalDone(snap.update, snap.frames, snap.wall_time, res, snap.weights,
+                    time.monotonic() - wall, time.process_time() - cpu)
+
 def pooled(a: EvalResult, b: EvalResult) -> EvalResult:
     """One result over the games of both."""
     n = a.episodes + b.episodes
@@ -191,6 +204,19 @@ def pooled(a: EvalResult, b: EvalResult) -> EvalResult:
 class _Pending:
     snapshot: Snapshot
     started: float
+    # The worker's CPU seconds when last read, when they last grew, and when last read.
+    cpu: float = -1.0
+    progressed: float = 0.0
+    checked: float = 0.0
+
+
+def _cpu_seconds(pid: int) -> float:
+    """A process's CPU time, all its threads' (-1 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return -1.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class BackgroundEvaluator:
@@ -213,6 +239,7 @@ class BackgroundEvaluator:
         self._deaths = 0
         self._proc: subprocess.Popen | None = None
         self._to: Connection | None = None
+        self._sending: threading.Thread | None = None
         self._from: Connection | None = None
         self._pending: _Pending | None = None
 
@@ -244,13 +271,26 @@ class BackgroundEvaluator:
             self._spawn()
         stream = "confirm" if snapshot.prior is not None else "eval"
         seed = derive_seed(self._cfg.run.seed, 0, f"{stream}/{snapshot.update}")
-        self._pending = _Pending(snapshot, time.monotonic())
-        try:
-            self._to.send((snapshot.weights, snapshot.update,
-                           snapshot.episodes or self._cfg.eval.episodes, seed, snapshot.prior,
-                           max(len(self._cpus), self._cores) if snapshot.paused else 0))
-        except OSError:
-            pass  # a worker that died: poll tells
+        now = time.monotonic()
+        self._pending = _Pending(snapshot, now, progressed=now)
+        self._send((snapshot.weights, snapshot.update,
+                    snapshot.episodes or self._cfg.eval.episodes, seed, snapshot.prior,
+                    max(len(self._cpus), self._cores) if snapshot.paused else 0))
+
+    def _send(self, message: tuple) -> None:
+        """On a thread of its own: weights larger than the pipe's buffer would hold the
+        training thread for as long as a frozen worker does not read (poll's stall check
+        ends that)."""
+        def send(conn: Connection) -> None:
+            try:
+                conn.send(message)
+            except OSError:
+                pass  # a worker that died: poll tells
+        if self._sending is not None:
+            self._sending.join()  # a message at a time (the previous one was answered)
+        self._sending = threading.Thread(target=send, args=(self._to,), daemon=True,
+                                         name="ddrl-eval-send")
+        self._sending.start()
 
     def _spawn(self) -> None:
         to_read, to_write = os.pipe()
@@ -264,14 +304,20 @@ class BackgroundEvaluator:
         os.close(from_write)
         self._to = Connection(to_write, readable=False)
         self._from = Connection(from_read, writable=False)
-        self._to.send((self._cfg, self._spec, self._cfg.eval.nice, self._deterministic))
+        self._send((self._cfg, self._spec, self._cfg.eval.nice, self._deterministic))
 
     def poll(self, wait: bool = False, stop: threading.Event | None = None) -> EvalDone | None:
         """The finished evaluation, once; `wait` for one in progress, unless `stop` is set
         first, which abandons it."""
         if self._pending is None:
             return None
+        frozen = False
         while not self._from.poll(0.1 if wait else 0):
+            if self._stalled():
+                # Its pipe closes as it dies: the receive below tells.
+                frozen = True
+                self._proc.kill()
+                break
             if not wait:
                 return None
             if stop is not None and stop.is_set():
@@ -281,7 +327,7 @@ class BackgroundEvaluator:
         try:
             message = self._from.recv()
         except (EOFError, OSError):
-            self._worker_died(pending.snapshot.update)
+            self._worker_died(pending.snapshot.update, frozen)
             return None
         if message[0] == "error":
             last = message[2].strip().splitlines()[-1]
@@ -296,19 +342,37 @@ class BackgroundEvaluator:
         return EvalDone(snap.update, snap.frames, snap.wall_time, result, snap.weights,
                         time.monotonic() - pending.started, cpu, snap.paused)
 
-    def _worker_died(self, update: int) -> None:
+    def _stalled(self) -> bool:
+        """The worker used no CPU time for sync.timeout while it had an evaluation: frozen
+        (SIGSTOP, a hung filesystem), not slow: a nice-19 worker on busy cores still gets
+        some. Read once a second at most."""
+        pending, now = self._pending, time.monotonic()
+        if now - pending.checked < 1.0:
+            return False
+        pending.checked = now
+        cpu = _cpu_seconds(self._proc.pid)
+        if cpu != pending.cpu:
+            pending.cpu, pending.progressed = cpu, now
+        return now - pending.progressed > self._cfg.sync.timeout
+
+    def _worker_died(self, update: int, frozen: bool = False) -> None:
         code = self._proc.wait()
         self._end_worker()
         self._deaths += 1
-        how = f"signal {-code}" if code < 0 else f"exit status {code}"
+        how = f"no CPU time for sync.timeout ({self._cfg.sync.timeout:g} s), killed" if frozen \
+            else f"signal {-code}" if code < 0 else f"exit status {code}"
         if self._deaths >= WORKER_DEATHS:
             raise DdrlError(f"the evaluator process died {WORKER_DEATHS} times in a row, the "
                             f"last time with {how} in the evaluation of update {update}")
-        say(f"[ddrl] warning: the evaluator process died ({how}); the evaluation of update "
-            f"{update} is lost, a new process plays the next", err=True)
+        say(f"[ddrl] warning: the evaluator process {'froze' if frozen else 'died'} ({how}); "
+            f"the evaluation of update {update} is lost, a new process plays the next", err=True)
 
     def _end_worker(self) -> None:
         """Its pipes closed; the CPU time of an evaluation it did not finish is not counted."""
+        if self._sending is not None:
+            # Ended by the worker's end (a broken pipe): only then may its descriptor close.
+            self._sending.join()
+            self._sending = None
         for conn in (self._to, self._from):
             conn.close()
         self._proc = self._to = self._from = None

@@ -15,8 +15,10 @@ def _hms(seconds: float) -> str:
 class Progress:
     """The rate is measured over the frames of this process only: a resumed run starts from
     its checkpoint's frame count, not from 0. Periodic lines give the rate since the last
-    line; the final line (`final=True`) the mean since the (re)start, since the stretch
-    before it holds the last evaluation and checkpoint and few frames."""
+    line that had new frames (PPO's frames arrive a rollout at a time, between many updates:
+    lines without new frames repeat the last rate); the final line (`final=True`) the mean
+    since the (re)start, since the stretch before it holds the last evaluation and checkpoint
+    and few frames."""
 
     def __init__(self, every_seconds: float, max_frames: int, max_minutes: float,
                  start_frames: int = 0, clock: Callable[[], float] = time.monotonic):
@@ -24,19 +26,22 @@ class Progress:
         self._max_frames = max_frames
         self._max_seconds = max_minutes * 60
         self._clock = clock
-        self._last = self._start = clock()
+        self._printed = self._last = self._start = clock()
         self._last_frames = self._start_frames = start_frames
+        self._rate = 0.0
         self.online: list[float] = []
         self.eval_score: float | None = None
 
     def maybe_print(self, frames: int, elapsed: float, update: int, final: bool = False) -> None:
         now = self._clock()
-        if not final and now - self._last < self._every:
+        if not final and now - self._printed < self._every:
             return
-        since, since_frames = (self._start, self._start_frames) if final else \
-            (self._last, self._last_frames)
-        rate = (frames - since_frames) / max(now - since, 1e-9)
-        self._last, self._last_frames = now, frames
+        self._printed = now
+        if frames != self._last_frames:
+            self._rate = (frames - self._last_frames) / max(now - self._last, 1e-9)
+            self._last, self._last_frames = now, frames
+        rate = (frames - self._start_frames) / max(now - self._start, 1e-9) if final \
+            else self._rate
         left = (self._max_frames - frames) / rate if rate > 0 else float("inf")
         if self._max_seconds:
             left = min(left, self._max_seconds - elapsed)

@@ -54,19 +54,22 @@ class EvalSchedule:
 
     def __init__(self, cfg: EvalConfig, evaluator: Evaluator | None,
                  record: Callable[[EvalDone, bool], None], clock: Callable[[], float],
-                 mark: int = 0, kept: list[Snapshot] | None = None, reached: bool = False,
+                 mark: int = 0, kept: list[Snapshot] | None = None, best: float | None = None,
                  can_pause: bool = False):
         self.cfg, self.evaluator, self._record, self._clock = cfg, evaluator, record, clock
         self.mark = mark  # the update of the last evaluation started
         # Whether the ranks can wait for an evaluation (synchronous placements), and whether
         # they do for every due one from now on (eval.focus_above reached).
         self._can_pause = can_pause
-        self.focused = False
+        # `best`: a resumed run's best evaluation so far; one that had focused stays so.
+        self.focused = can_pause and None not in (best, cfg.focus_above) \
+            and best >= cfg.focus_above
         # Seconds the ranks waited for focused evaluations, the last one's: the next waits
         # about as long (eval.pause_share bounds their sum).
         self.waited, self._last_wait = 0.0, 0.0
         # A run resumed after its hit (a stop cut the owed evaluations short) trains no further
         # and plays the weights it still owes.
+        reached = None not in (best, cfg.target) and best >= cfg.target
         self.target_reached = reached
         self.skipped: list[Snapshot] = [] if reached else list(kept or [])
         self.gap: list[Snapshot] = list(kept or []) if reached else []

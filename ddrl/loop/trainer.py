@@ -11,7 +11,6 @@ import math
 import resource
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,8 @@ from ddrl.loop.bookkeeping import (
     side_channel,
     stop_reason,
 )
-from ddrl.loop.evaluator import BackgroundEvaluator, EvalDone, Snapshot, evaluate
+from ddrl.loop.checkpoints import CheckpointWriter
+from ddrl.loop.evaluator import BackgroundEvaluator, Snapshot, evaluate_here
 from ddrl.loop.faults import Faults
 from ddrl.loop.progress import Progress
 from ddrl.loop.records import RootRecords
@@ -46,14 +46,6 @@ from ddrl.signals import StopSignals
 
 EXIT_SIGNALLED = 3
 EXIT_NONFINITE = 5
-
-
-def _save(directory: Path, ckpt: checkpoint.Checkpoint, keep: int,
-          unplayed: list[checkpoint.Checkpoint]) -> Path:
-    # The unplayed weights first: a stop between the two leaves some newer than the checkpoint,
-    # which a resume drops, rather than the checkpoint without its newest unplayed.
-    checkpoint.save_unplayed(directory, unplayed)
-    return checkpoint.save(directory, ckpt, keep)
 
 
 class Trainer:
@@ -78,12 +70,8 @@ class Trainer:
         self._records = RootRecords(log, counters, self.progress, run_dir) if world.is_root \
             else None
         self._schedule = self._resumed_schedule() if world.is_root else None
-        self._last_checkpoint = time.monotonic()
-        # Periodic checkpoints are written off the training thread (a large net's .npz takes
-        # seconds on a slow shared filesystem); one at a time, and a failed write surfaces at
-        # the next checkpoint or at the end.
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="ddrl-checkpoint")
-        self._writing: Future | None = None
+        self._checkpoints = CheckpointWriter(run_dir / "checkpoints", cfg.run.keep_checkpoints,
+                                             cfg.run.checkpoint_minutes, counters.restarts)
 
     def run(self, signals: StopSignals) -> int:
         """`signals` is installed by the caller for the whole process: a signal during
@@ -199,34 +187,23 @@ class Trainer:
             self._window = Window(start=c.wall_time)
         self._schedule.poll(wait=False)
         self._schedule.due(c.update, self._snapshot)
-        if time.monotonic() - self._last_checkpoint >= self.cfg.run.checkpoint_minutes * 60:
+        if self._checkpoints.due():
             self._checkpoint(background=True)
-            self._last_checkpoint = time.monotonic()
         self.progress.maybe_print(c.frames, c.wall_time, c.update)
 
     def _snapshot(self) -> Snapshot:
         c = self.counters
         return Snapshot(self.learner.get_weights(), c.update, c.frames, c.wall_time)
 
-    def _as_checkpoints(self, snaps: list[Snapshot]) -> list[checkpoint.Checkpoint]:
-        return [checkpoint.Checkpoint(s.update, s.frames, s.wall_time, self.counters.restarts,
-                                      s.weights, []) for s in snaps]
-
     def _resumed_schedule(self) -> EvalSchedule:
         cfg, c = self.cfg.eval, self.counters
         kept = [Snapshot(u.weights, u.update, u.frames, u.wall_time) for u in
                 checkpoint.load_unplayed(self.run_dir / "checkpoints", c.update)
                 ] if cfg.target is not None else []
-        best = self._records.best
-        reached = cfg.target is not None and best is not None and best >= cfg.target
-        schedule = EvalSchedule(cfg, self.evaluator,
-                                lambda done, newest: self._records.evaluation(done, newest,
-                                                                              self._now()),
-                                self._now, c.update, kept, reached, self.sync.lockstep)
-        # A resumed run that had focused stays so (its best evaluation is at eval.focus_above).
-        schedule.focused = self.sync.lockstep and None not in (best, cfg.focus_above) \
-            and best >= cfg.focus_above
-        return schedule
+        return EvalSchedule(cfg, self.evaluator,
+                            lambda done, newest: self._records.evaluation(done, newest,
+                                                                          self._now()),
+                            self._now, c.update, kept, self._records.best, self.sync.lockstep)
 
     def _now(self) -> float:
         """The run's wall time, resumes included."""
@@ -236,7 +213,7 @@ class Trainer:
         """The new checkpoint (None when written in the background); None also when the
         weights are no longer finite, so that a diverged run never rotates its good
         checkpoints out."""
-        self._wait_for_writer()
+        self._checkpoints.wait()
         # Rows up to the checkpoint must be on disk first (fsynced, as the checkpoint is): a
         # resume keeps exactly those.
         self.log.flush(sync=True)
@@ -245,20 +222,11 @@ class Trainer:
         weights = self.learner.get_weights()
         if not np.isfinite(weights).all():
             return None
-        # The copies are taken here, between updates; the writer only writes them.
-        args = (self.run_dir / "checkpoints", checkpoint.Checkpoint(
+        # The copies are taken here, between updates.
+        return self._checkpoints.write(checkpoint.Checkpoint(
             c.update, c.frames, c.wall_time, c.restarts, weights,
             [a.copy() for a in self.learner.get_optimizer_state()]),
-            self.cfg.run.keep_checkpoints, self._as_checkpoints(self._schedule.unplayed()))
-        if background:
-            self._writing = self._writer.submit(_save, *args)
-            return None
-        return _save(*args)
-
-    def _wait_for_writer(self) -> None:
-        if self._writing is not None:
-            writing, self._writing = self._writing, None
-            writing.result()
+            self._schedule.unplayed(), background)
 
     def _finish(self, reason: str, signalled: threading.Event) -> int:
         # First: a backend may wait for the other ranks' last exchange (at most sync.timeout).
@@ -267,11 +235,12 @@ class Trainer:
             self._apply(final.update)
             if self.world.is_root:
                 self._records.rows(final.rows)
-        self.actors.close()
-        # The weights first, before anything long (a replay memory's gigabytes, the final
-        # evaluation): a full disk or the batch system's kill then costs the rest, not them.
+        # The weights first, before anything long (central actors' goodbyes, up to
+        # sync.timeout; a replay memory's gigabytes; the final evaluation) or anything that may
+        # fail (a sampler's error): the batch system's kill then costs the rest, not them.
         path = self._checkpoint() if self.world.is_root else None
-        self._writer.shutdown()
+        self._checkpoints.close()
+        self.actors.close()
         if reason != "nonfinite":
             # Every rank stops at this update, which the final checkpoint holds.
             self.actors.save_state(self.run_dir / "checkpoints", self.counters.update)
@@ -297,7 +266,7 @@ class Trainer:
             self._schedule.poll(wait=True, stop=signalled)
             left = self._schedule.play_owed(signalled, on_budget=reason in ("frames", "time"))
             if left is not None:  # else the final checkpoint's unplayed.npz holds them all
-                checkpoint.save_unplayed(self.run_dir / "checkpoints", self._as_checkpoints(left))
+                self._checkpoints.save_unplayed(left)
         if self.evaluator is not None:
             self.evaluator.cancel()
         complete = reason == "signal" or not signalled.is_set()
@@ -306,16 +275,13 @@ class Trainer:
             # A run that ends on its budget gets a score for its last weights.
             say(f"[ddrl] final evaluation: {self.cfg.eval.episodes} games with the weights of "
                 f"update {c.update}")
-            # Played here, on rank 0's own threads: the process's CPU time is the evaluation's,
-            # the ranks having stopped.
-            wall, cpu = time.monotonic(), time.process_time()
-            res = evaluate(self.cfg, self.learner, self.cfg.eval.episodes,
-                           derive_seed(self.cfg.run.seed, 0, f"final-eval/{c.update}"), signalled)
-            complete = res is not None
+            # Played here, on rank 0's own threads, the ranks having stopped.
+            done = evaluate_here(self.cfg, self.learner, self._snapshot(),
+                                 derive_seed(self.cfg.run.seed, 0, f"final-eval/{c.update}"),
+                                 signalled)
+            complete = done is not None
             if complete:
-                self._schedule.finished(EvalDone(c.update, c.frames, c.wall_time, res,
-                                        self.learner.get_weights(), time.monotonic() - wall,
-                                        time.process_time() - cpu))
+                self._schedule.finished(done)
         if not complete:
             # A resume plays what is left: the owed weights are in checkpoints/unplayed.npz.
             reason = f"{reason}; a stop signal cut its " \

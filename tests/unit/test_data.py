@@ -167,3 +167,20 @@ def test_the_final_progress_line_gives_the_mean_rate_since_the_start(capsys):
     periodic, final = capsys.readouterr().out.splitlines()
     assert "10,000 frames/s" in periodic, periodic
     assert "7,505 frames/s" in final, final
+
+
+def test_progress_lines_without_new_frames_repeat_the_last_rate(capsys):
+    """PPO's frames arrive a rollout at a time, between many updates: a line between two
+    rollouts is not 0 frames/s and its time left not hours; the next rollout's line averages
+    over the whole stretch since the last new frames."""
+    from ddrl.loop.progress import Progress
+
+    now = [0.0]
+    progress = Progress(10.0, max_frames=1_000_000, max_minutes=0, clock=lambda: now[0])
+    for t, frames in ((10.0, 100_000), (20.0, 100_000), (30.0, 300_000)):
+        now[0] = t
+        progress.maybe_print(frames, elapsed=t, update=int(t))
+    first, between, after = capsys.readouterr().out.splitlines()
+    assert "10,000 frames/s" in first and "left 00:01:30" in first, first
+    assert "10,000 frames/s" in between and "left 00:01:30" in between, between
+    assert "10,000 frames/s" in after and "left 00:01:10" in after, after

@@ -96,7 +96,7 @@ def test_after_a_hit_the_gap_is_played_oldest_first_and_stops_at_the_earliest_hi
 def test_a_run_resumed_after_its_hit_trains_no_further_and_owes_its_kept_weights():
     schedule = EvalSchedule(EvalConfig(every=2, episodes=10, target=18.0), FakeEvaluator(lambda u: 0),
                             lambda done, newest: None, lambda: 0.0, mark=10,
-                            kept=[snap(4), snap(6)], reached=True)
+                            kept=[snap(4), snap(6)], best=18.5)
     assert schedule.target_reached and [s.update for s in schedule.unplayed()] == [4, 6]
 
 
