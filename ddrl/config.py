@@ -261,6 +261,8 @@ class DebugConfig:
     # node hung in its own work (NFS, a driver) would; -1: none.
     freeze_rank: int = -1
     freeze_update: int = 10
+    # A central-mode actor stops between a step's two messages (head, observations).
+    freeze_mid_step: bool = False
 
 
 @dataclass

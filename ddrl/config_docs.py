@@ -202,6 +202,8 @@ DOCS = {
     "debug.freeze_update": "the update at which `freeze_rank` stops itself; -1: at start-up, "
                            "before the initial weights are shared; -2: after the last update, "
                            "before the final barrier",
+    "debug.freeze_mid_step": "a central-mode `freeze_rank` stops between a step's head and its "
+                             "observations, as a host hung mid-send would",
 }
 
 

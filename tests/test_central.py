@@ -106,13 +106,19 @@ def test_central_rainbow_saves_its_replay_memory_and_resumes_with_it(run_dir):
     check_actors(run_dir, again.stdout, [1, 2])
 
 
-def test_a_frozen_actor_is_left_out_and_the_run_goes_on(run_dir):
+@pytest.mark.parametrize("mid_step, why", [
+    (False, "sent nothing"),
+    # Its head received, its observations never come: the learner's receive had no deadline
+    # and inference stopped for every actor.
+    (True, "stopped between a step's head and its observations")])
+def test_a_frozen_actor_is_left_out_and_the_run_goes_on(run_dir, mid_step, why):
     res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *CENTRAL, *NO_EVAL,
                "--set", "run.max_frames=80000", "--set", "sync.timeout=4",
                "--set", "debug.freeze_rank=2", "--set", "debug.freeze_update=50",
-               ranks=3, timeout=240)
+               "--set", f"debug.freeze_mid_step={str(mid_step).lower()}", ranks=3, timeout=240)
     out = res.stdout + res.stderr
-    assert "actor rank 2 sent nothing for 4 s (sync.timeout); going on with 1 actor rank(s)" in out
+    assert f"actor rank 2 {why} for 4 s (sync.timeout); going on with 1 actor rank(s)" in out, \
+        out[-3000:]
     assert "stopped (frames)" in out, out[-3000:]
     # Saved, then the job ends: only an abort also ends the frozen rank.
     assert res.returncode != 0

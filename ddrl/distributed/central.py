@@ -125,7 +125,8 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
 
     def step_and_send(group: _Group, first: bool) -> None:
         nonlocal frames, games, steps_sent, t_sim, t_round, rounds
-        if world.rank == cfg.debug.freeze_rank and steps_sent == cfg.debug.freeze_update:
+        frozen = world.rank == cfg.debug.freeze_rank and steps_sent == cfg.debug.freeze_update
+        if frozen and not cfg.debug.freeze_mid_step:
             os.kill(os.getpid(), signal.SIGSTOP)  # fault injection: a host hung in its own work
         t0 = time.perf_counter()
         if not first:
@@ -150,7 +151,11 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
             truncated_mask=step.truncated, whole=whole, games_env=ep[:, 0],
             games_return=ep[:, 1], games_length=ep[:, 2])
         group.request = comm.Irecv(group.actions[:n], LEARNER, ACTIONS + group.index)
-        sends.extend([comm.Isend(meta, LEARNER, OBS_META), comm.Isend(data, LEARNER, OBS_DATA)])
+        sends.append(comm.Isend(meta, LEARNER, OBS_META))
+        if frozen and cfg.debug.freeze_mid_step:  # fault injection: hung between the two sends
+            sends[-1].Wait()
+            os.kill(os.getpid(), signal.SIGSTOP)
+        sends.append(comm.Isend(data, LEARNER, OBS_DATA))
         steps_sent += 1
         group.sent_at = time.perf_counter()
 
@@ -242,6 +247,7 @@ class RemotePool:
         self._stats = [_ActorStats() for _ in range(actors)]
         self._served: list[_Request] = []
         self._sends: list = []
+        self._abandoned: list = []  # receives given up on, with their buffers
         # Since the last `/inference` row: batches, observations in them, seconds gathering.
         self._batches, self._batched, self._t_gather = 0, 0, 0.0
         # Set before the node's predictor thread is joined: `recv` then returns an empty step.
@@ -298,24 +304,35 @@ class RemotePool:
 
         src = status.Get_source()
         meta_buf = np.empty(status.Get_count(MPI.DOUBLE))
-        self._comm.Recv(meta_buf, src, OBS_META)
+        # Every receive has sync.timeout: an actor frozen mid-send, or a stalled link, would
+        # otherwise hold inference for every actor.
+        if not self._within(src, meta_buf, OBS_META):
+            return None
         meta = self._checked_meta(src, meta_buf)
+        actor = src - 1
         truncated = int(meta["truncated"])
         whole = meta["whole"].astype(bool)
         size = self._frames.nbytes(whole)
         data = np.empty(size + truncated * self._row, np.uint8)
         # Probed first: a shorter message would leave the rest of the buffer uninitialised.
-        self._comm.Probe(src, OBS_DATA, status)
-        if status.Get_count(MPI.BYTE) != data.nbytes:
+        deadline, backoff = time.monotonic() + self._timeout, Backoff(spin=1e-3)
+        while not self._comm.Iprobe(src, OBS_DATA, status):
+            if time.monotonic() > deadline:
+                self._leave_out(actor, "stopped between a step's head and its observations")
+                return None
+            backoff.sleep()
+        if actor not in self._live:  # left out already: what it sends is dropped, unread
+            data = np.empty(status.Get_count(MPI.BYTE), np.uint8)
+        elif status.Get_count(MPI.BYTE) != data.nbytes:
             raise DdrlError(f"central: actor rank {src} sent {status.Get_count(MPI.BYTE):,} bytes "
                             f"of observations where its step's head announces {data.nbytes:,}")
-        self._comm.Recv(data, src, OBS_DATA)
-        actor = src - 1
+        if not self._within(src, data, OBS_DATA):
+            return None
         st = self._stats[actor]
         st.last_heard = time.monotonic()
         st.steps_received += 1
         if actor not in self._live:
-            return None  # left out already: its simulators' unrolls were dropped
+            return None  # its simulators' unrolls were dropped
         st.frames += meta["frames"]
         st.clocks[:] = [meta[name] for name in CLOCKS]
         st.bytes_in += meta_buf.nbytes + data.nbytes
@@ -323,6 +340,23 @@ class RemotePool:
         obs = self._frames.decode(self._base(req) + req.env_ids, whole, data[:size])
         final = data[size:].view(self._dtype).reshape(truncated, *self.obs_shape)
         return req, meta, obs, (final if truncated else None)
+
+    def _within(self, src: int, buf: np.ndarray, tag: int) -> bool:
+        """A probed message received within sync.timeout; else its actor is left out (the
+        buffer is kept: MPI may still write into it)."""
+        request = self._comm.Irecv(buf, src, tag)
+        if wait_all([request], self._timeout, spin=1e-3):
+            return True
+        self._abandoned.append((request, buf))
+        self._leave_out(src - 1, "stopped in the middle of a message")
+        return False
+
+    def _leave_out(self, actor: int, why: str) -> None:
+        if actor in self._live:
+            self._live.discard(actor)
+            self.lost.append(actor + 1)
+            say(f"[ddrl] central: actor rank {actor + 1} {why} for {self._timeout:g} s "
+                f"(sync.timeout); going on with {len(self._live)} actor rank(s)", err=True)
 
     def _checked_meta(self, src: int, buf: np.ndarray) -> dict[str, np.ndarray]:
         """A step's head and blocks, once their sizes and ids are those an actor of this job
@@ -382,11 +416,7 @@ class RemotePool:
         for actor in sorted(self._live):
             if now - self._stats[actor].last_heard > self._timeout and \
                     not self._comm.Iprobe(actor + 1, OBS_META):
-                self._live.discard(actor)
-                self.lost.append(actor + 1)
-                say(f"[ddrl] central: actor rank {actor + 1} sent nothing for "
-                    f"{self._timeout:g} s (sync.timeout); going on with {len(self._live)} "
-                    "actor rank(s)", err=True)
+                self._leave_out(actor, "sent nothing")
         if not self._live:
             raise DdrlError(f"central: every actor rank was silent for {self._timeout:g} s "
                             "(sync.timeout); nothing left to learn from")
