@@ -263,6 +263,8 @@ class DebugConfig:
     freeze_update: int = 10
     # A central-mode actor stops between a step's two messages (head, observations).
     freeze_mid_step: bool = False
+    # A frozen rank wakes up after this many seconds (0: it stays frozen).
+    freeze_seconds: float = 0.0
 
 
 @dataclass
@@ -367,6 +369,7 @@ _RANGES = {
     "algo.value_coef": (0.0, None, True),
     "sync.ps": (0, None, True), "sync.aggregate": (0.0, None, False),
     "sync.timeout": (0.0, None, False), "sync.startup_timeout": (0.0, None, False),
+    "debug.freeze_seconds": (0.0, None, True),
     "sync.virtual_ranks": (1, 4096, True), "optim.warmup_frames": (0, 10**12, True),
     "eval.every": (1, None, True), "eval.confirm_episodes": (0, None, True),
     "eval.episodes": (0, None, True), "eval.epsilon": (0.0, 1.0, True),

@@ -204,6 +204,8 @@ DOCS = {
                            "before the final barrier",
     "debug.freeze_mid_step": "a central-mode `freeze_rank` stops between a step's head and its "
                              "observations, as a host hung mid-send would",
+    "debug.freeze_seconds": "a central-mode `freeze_rank` wakes up after this many seconds "
+                            "(0: it stays frozen)",
 }
 
 

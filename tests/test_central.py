@@ -131,6 +131,21 @@ def test_a_frozen_actor_is_left_out_and_the_run_goes_on(run_dir, mid_step, why):
     assert 1 in last and 2 not in last, last
 
 
+def test_an_actor_that_wakes_up_after_it_was_left_out_stops_and_the_learner_trains_on(run_dir):
+    """Left out after sync.timeout, then awake again: told it is out, it stops instead of
+    waiting for actions that never come and then ending the job as if the learner were gone
+    (which cost the learner its final checkpoint)."""
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *CENTRAL, *NO_EVAL,
+               "--set", "run.max_frames=150000", "--set", "sync.timeout=3",
+               "--set", "debug.freeze_rank=2", "--set", "debug.freeze_update=50",
+               "--set", "debug.freeze_seconds=8", ranks=3, timeout=300)
+    out = res.stdout + res.stderr
+    assert "actor rank 2 sent nothing for 3 s (sync.timeout); going on with 1 actor rank(s)" in out
+    assert "actor rank 2: the learner left it out" in out, out[-3000:]
+    assert "the learner is gone" not in out and "stopped (frames)" in out, out[-3000:]
+    assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).frames >= 150000
+
+
 def test_an_actor_frozen_shortly_before_the_end_ends_the_job_once_the_learner_saved(run_dir):
     """Frozen a few seconds before the run's last frames, too late to be left out during the
     run: its goodbye never comes, and after sync.timeout the learner counts it lost and ends

@@ -49,6 +49,8 @@ from ddrl.seeding import derive_seed, rng
 # ACTIONS + group, so the replies to several groups in flight cannot be confused.
 OBS_META, OBS_DATA, STOP, ACTIONS = 41, 42, 43, 100
 LEARNER = 0
+# The STOP an actor gets when the learner left it out: it stops and waits for the job's end.
+LEFT_OUT = -1
 
 # The fixed head of every OBS_META; the per-simulator blocks and the finished games follow.
 OBS_HEAD = Schema("group", "n", "games", "truncated", "frames", "t_sim", "t_idle", "t_round",
@@ -105,6 +107,15 @@ class _Group:
         self.sent_at = 0.0
 
 
+def _freeze(cfg: Config) -> None:
+    """Fault injection: a host hung in its own work, for ever (SIGSTOP) or for
+    debug.freeze_seconds."""
+    if cfg.debug.freeze_seconds:
+        time.sleep(cfg.debug.freeze_seconds)
+    else:
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
 def run_actor(cfg: Config, world: World, restart: int) -> int:
     """An actor rank's whole run: simulators only, until the learner says stop."""
     from mpi4py import MPI
@@ -127,7 +138,7 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
         nonlocal frames, games, steps_sent, t_sim, t_round, rounds
         frozen = world.rank == cfg.debug.freeze_rank and steps_sent == cfg.debug.freeze_update
         if frozen and not cfg.debug.freeze_mid_step:
-            os.kill(os.getpid(), signal.SIGSTOP)  # fault injection: a host hung in its own work
+            _freeze(cfg)
         t0 = time.perf_counter()
         if not first:
             t_round += t0 - group.sent_at
@@ -154,7 +165,7 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
         sends.append(comm.Isend(meta, LEARNER, OBS_META))
         if frozen and cfg.debug.freeze_mid_step:  # fault injection: hung between the two sends
             sends[-1].Wait()
-            os.kill(os.getpid(), signal.SIGSTOP)
+            _freeze(cfg)
         sends.append(comm.Isend(data, LEARNER, OBS_DATA))
         steps_sent += 1
         group.sent_at = time.perf_counter()
@@ -186,6 +197,10 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
     MPI.Request.Waitall(sends)
     for group in groups:
         group.pool.close()
+    if stop[0] == LEFT_OUT:
+        say(f"[ddrl] actor rank {world.rank}: the learner left it out (silent for sync.timeout); "
+            "it stops and the job ends once the learner has saved", err=True)
+        stop[0] = 0
     loaded = "tensorflow" in sys.modules
     say(f"[ddrl] actor rank {world.rank}: {frames:,} frames, {games} games, "
         f"{cfg.central.groups} x {cfg.node.n_sim} simulators, simulating {t_sim:.1f} s, "
@@ -355,6 +370,9 @@ class RemotePool:
         if actor in self._live:
             self._live.discard(actor)
             self.lost.append(actor + 1)
+            # Should it wake up, it learns it is out instead of waiting for actions and then
+            # ending the job as if the learner were gone.
+            self._sends.append(self._comm.Isend(np.array([LEFT_OUT], np.int64), actor + 1, STOP))
             say(f"[ddrl] central: actor rank {actor + 1} {why} for {self._timeout:g} s "
                 f"(sync.timeout); going on with {len(self._live)} actor rank(s)", err=True)
 
