@@ -186,8 +186,8 @@ DOCS = {
                         "knows within seconds whether its newest weights cross the target "
                         "(`none`: never)",
     "eval.pause_share": "the ranks wait for focused evaluations at most this share of the "
-                        "run's wall time; one due beyond it plays in the background "
-                        "(confirmations not counted)",
+                        "run's wall time; one due beyond it waits until the share allows it, then "
+                        "plays the newest weights (confirmations not counted)",
     "eval.backfill": "after a crossing is confirmed, or a budget ends without one, play the "
                      "weights the evaluator had no time for, to find the earliest at the target "
                      "(earlier, known later); false: the run stops once it knows",

@@ -18,6 +18,7 @@ class FakeEvaluator:
         self._left = 0
         self.started: list[int] = [] if started is None else started  # all siblings' starts
         self.seconds = 0.0  # the wall time each evaluation reports
+        self.cut_below = float("-inf")  # scores below it are cut (out of reach of the target)
 
     def siblings(self, most: int) -> list[FakeEvaluator]:
         return [FakeEvaluator(self._score, self._polls, 1, self.started)
@@ -35,7 +36,7 @@ class FakeEvaluator:
         self._snap = snap
         self.started.append(snap.update)
         score = (self._score if snap.prior is None else self._confirm_score)(snap.update)
-        result = EvalResult(score, 0.0, score, snap.episodes or 10)
+        result = EvalResult(score, 0.0, score, snap.episodes or 10, cut=score < self.cut_below)
         if snap.prior is not None:  # a confirmation: the same weights, more games
             result = pooled(snap.prior, result)
         self._done = EvalDone(snap.update, snap.frames, snap.wall_time, result, snap.weights,

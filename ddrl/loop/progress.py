@@ -30,7 +30,10 @@ class Progress:
         self._last_frames = self._start_frames = start_frames
         self._rate = 0.0
         self.online: list[float] = []
+        # The newest evaluation's mean; a cut one's (stopped out of reach of the target) is
+        # shown too, marked, since a run far from its target may cut every evaluation.
         self.eval_score: float | None = None
+        self.eval_cut = False
 
     def maybe_print(self, frames: int, elapsed: float, update: int, final: bool = False) -> None:
         now = self._clock()
@@ -47,7 +50,8 @@ class Progress:
             left = min(left, self._max_seconds - elapsed)
         recent = self.online[-20:]
         online = f"{sum(recent) / len(recent):.1f}" if recent else "-"
-        score = f"{self.eval_score:.1f}" if self.eval_score is not None else "-"
+        score = "-" if self.eval_score is None else \
+            f"{self.eval_score:.1f}{' (cut)' if self.eval_cut else ''}"
         left_text = _hms(left) if left != float("inf") else "?"
         say(f"[ddrl] update {update}  frames {frames:,}  {rate:,.0f} frames/s  "
             f"online {online}  eval {score}  elapsed {_hms(elapsed)}  left {left_text}")

@@ -67,10 +67,10 @@ class RootRecords:
                                  "episodes": res.episodes, "seconds": done.seconds,
                                  "cpu_seconds": done.cpu_seconds, "cut": res.cut,
                                  "known_at": known_at})
+        if newest:
+            self.progress.eval_score, self.progress.eval_cut = res.mean, res.cut
         if res.cut:  # no score: below the target, and no more
             return
-        if newest:
-            self.progress.eval_score = res.mean
         if self.best is None or res.mean > self.best:
             self.best = res.mean
             checkpoint.save_best(self._checkpoints, checkpoint.Checkpoint(

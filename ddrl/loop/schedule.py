@@ -80,14 +80,17 @@ class EvalSchedule:
         playing or over its CPU share then: the newest weights first, so the run follows its
         progress. With a target, the weights due meanwhile are kept for `play_owed`: the
         evaluator's pace (a nice-19 evaluator takes minutes per evaluation of long games)
-        delays the run's end, not its time to target."""
+        delays the run's end, not its time to target. Once focused, a due evaluation waits
+        for the pause budget instead of playing in the background: a nice-19 one takes
+        minutes and would hold back the next focused one, so a crossing would be known at
+        the background's pace."""
         ev, every = self.evaluator, self.cfg.every
         if ev is None or not self.cfg.episodes or self.target_reached \
                 or update // every <= self.mark // every:
             return
         pause = self.focused and self.waited + self._last_wait \
             <= self.cfg.pause_share * self._clock()
-        if not ev.busy and (pause or ev.within_budget()):
+        if not ev.busy and (pause or not self.focused and ev.within_budget()):
             snap = snapshot()
             snap.paused = pause
             ev.start(snap)

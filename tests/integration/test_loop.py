@@ -4,6 +4,7 @@ cadence, an evaluation that reaches the target. No TensorFlow, no simulators, no
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 from pathlib import Path
@@ -288,6 +289,22 @@ def test_weights_skipped_while_the_evaluator_played_are_evaluated_after_the_targ
     assert (hit["update"], hit["frames"]) == (20, 20 * FRAMES_PER_BATCH)
     # 23's score is read at update 30; the stop travels in the next: no evaluation after it.
     assert trainer.counters.update == 31 and trainer.progress.eval_score == 23  # the newest
+
+
+def test_the_progress_line_shows_a_cut_evaluation_marked(tmp_path, capsys):
+    """A run far from its target cuts every evaluation: the line shows the newest one's mean,
+    marked, not "-" for the whole run."""
+    evaluator = FakeEvaluator(lambda u: u - 10_000.0)
+    evaluator.cut_below = 0.0
+    trainer = make_trainer(tmp_path, ["run.max_frames=12000", "eval.every=2", "eval.target=18",
+                                      "eval.backfill=false", "run.progress_seconds=1e-6"],
+                           evaluator=evaluator)
+    assert run(trainer) == 0
+    out = capsys.readouterr().out
+    # The last line before the final evaluation (which plays the last weights in full).
+    last = [line for line in out[:out.index("final evaluation")].splitlines()
+            if "frames/s" in line][-1]
+    assert re.search(r"eval -\d+\.\d \(cut\)", last), last
 
 
 @pytest.mark.parametrize("processes", [1, 3])
