@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ddrl.errors import DdrlError
+from ddrl.errors import DdrlError, storage_error
 
 PREFIX = "ckpt-"
 # The weights of the best greedy evaluation so far: training goes on while the evaluator plays,
@@ -59,8 +59,8 @@ def write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
         # before stay as they were.
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        raise DdrlError(f"{path}: writing failed ({exc.strerror or exc}); the files written "
-                        "before it are intact") from None
+        raise storage_error(f"{path}: writing failed ({exc.strerror or exc}); the files "
+                            "written before it are intact", exc.errno) from None
 
 
 def read_arrays(path: Path, names: list[str] | None = None) -> dict[str, np.ndarray]:

@@ -80,10 +80,10 @@ def _run(args: argparse.Namespace) -> int:
     except DdrlError as exc:
         say(f"ddrl: error: {exc}", err=True)
         if isinstance(exc, HardExitError):
-            _report_exit(args.command, 2)
+            _report_exit(args.command, exc.exit_code)
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(2)
+            os._exit(exc.exit_code)
         return exc.exit_code
     except KeyboardInterrupt:
         say("ddrl: interrupted", err=True)

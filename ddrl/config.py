@@ -57,6 +57,7 @@ class RunConfig:
     max_minutes: float = 0.0
     checkpoint_minutes: float = 10.0
     keep_checkpoints: int = 3
+    storage_retry_seconds: float = 30.0
     log_every: int = 10
     progress_seconds: float = 10.0
     # TensorBoard event files beside log.h5 (DIR/tensorboard/), written live by rank 0 with
@@ -344,6 +345,7 @@ _RANGES = {
     "run.max_frames": (1, 10**12, True), "run.max_minutes": (0.0, None, True),
     "run.seed": (0, None, True),
     "run.checkpoint_minutes": (0.0, None, False), "run.keep_checkpoints": (1, None, True),
+    "run.storage_retry_seconds": (0.0, None, True),
     "run.log_every": (1, None, True), "run.progress_seconds": (0.0, None, False),
     "node.n_sim": (1, 4096, True), "node.batch_size": (1, None, True),
     "node.t_max": (1, None, True), "algo.gamma": (0.0, 1.0, True),

@@ -43,6 +43,9 @@ DOCS = {
     "run.checkpoint_minutes": "minutes between periodic checkpoints (written off the training "
                               "thread)",
     "run.keep_checkpoints": "periodic checkpoints kept",
+    "run.storage_retry_seconds": "a checkpoint whose write fails with an error that may pass "
+                                 "(EIO, ESTALE, ENOTCONN, ETIMEDOUT: an NFS fail-over) is "
+                                 "tried once more after this many seconds",
     "run.log_every": "updates per `/train` row",
     "run.progress_seconds": "seconds between progress lines",
     "run.tensorboard": "TensorBoard event files written live beside the log in `RUN_DIR/tensorboard/`",

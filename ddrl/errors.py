@@ -7,7 +7,10 @@ from collections.abc import Iterator
 
 # A full disk or quota, a read-only or vanished file system: the machine's fault, not ddrl's.
 _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.ESTALE,
-                   errno.ENOTCONN}
+                   errno.ENOTCONN, errno.ETIMEDOUT}
+# Among them, those a network filesystem returns while its server fails over or its client
+# reconnects (NFS, Lustre): they may pass, so a run that meets one can go on later.
+PASSING_ERRNOS = {errno.EIO, errno.ESTALE, errno.ENOTCONN, errno.ETIMEDOUT}
 
 
 class DdrlError(Exception):
@@ -28,10 +31,30 @@ class InUseError(DdrlError):
     exit_code = 6
 
 
+class StorageFaultError(DdrlError):
+    """A storage error that may pass (PASSING_ERRNOS): the run ends with its last good
+    checkpoint and an exit code of its own, which the Slurm scripts restart from (a full disk
+    or a read-only mount is final: exit 2)."""
+    exit_code = 7
+
+
 class HardExitError(DdrlError):
     """One after which the interpreter's normal exit would crash: HDF5, holding a log it
     could not write (a full disk), segfaults when it tries again at exit. Reported, then
-    the process ends at once; what was flushed before stays readable."""
+    the process ends at once with `exit_code`; what was flushed before stays readable."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def storage_error(message: str, code: int | None) -> DdrlError:
+    """The error for a failed write whose errno is `code`: one that may pass says so and
+    is resumable."""
+    if code in PASSING_ERRNOS:
+        return StorageFaultError(f"{message}; the fault may pass: the run can be resumed "
+                                 f"(exit {StorageFaultError.exit_code})")
+    return DdrlError(message)
 
 
 @contextlib.contextmanager
@@ -42,4 +65,5 @@ def storage_errors() -> Iterator[None]:
     except OSError as exc:
         if exc.errno not in _STORAGE_ERRNOS:
             raise
-        raise DdrlError(f"{exc.filename or 'writing a file'}: {exc.strerror}") from None
+        raise storage_error(f"{exc.filename or 'writing a file'}: {exc.strerror}",
+                            exc.errno) from None

@@ -18,7 +18,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ddrl.errors import DdrlError, HardExitError
+from ddrl.errors import DdrlError, HardExitError, storage_error
 from ddrl.output import say
 
 FORMAT_VERSION = 8
@@ -111,6 +111,21 @@ def _failure(exc: Exception) -> str:
     """HDF5's reason (errno's message) out of its multi-line error stack."""
     found = re.search(r"error message = '([^']*)'", str(exc))
     return found[1] if found else str(exc).splitlines()[0]
+
+
+def _errno(exc: Exception) -> int | None:
+    """The errno of a failed write: os.fsync's own, or the one in HDF5's error stack."""
+    if getattr(exc, "errno", None):
+        return exc.errno
+    found = re.search(r"errno = (\d+)", str(exc))
+    return int(found[1]) if found else None
+
+
+def _hard_exit(message: str, exc: Exception) -> tuple[str, int]:
+    """A log write's failure as HardExitError's message and exit code: one that may pass
+    (an NFS fail-over) is resumable."""
+    error = storage_error(message, _errno(exc))
+    return str(error), error.exit_code
 
 
 def _fsync(f: h5py.File) -> None:
@@ -259,7 +274,8 @@ class RunLog:
         except (OSError, RuntimeError) as exc:
             # A full disk or quota, a vanished file system: what was flushed before stays
             # readable (SWMR writes whole chunks), and the run ends on this one line.
-            raise HardExitError(f"{self.path}: writing the log failed ({_failure(exc)})") from None
+            raise HardExitError(*_hard_exit(f"{self.path}: writing the log failed "
+                                            f"({_failure(exc)})", exc)) from None
         self._last_flush = time.monotonic()
 
     def close(self) -> None:

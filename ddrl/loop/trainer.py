@@ -70,8 +70,7 @@ class Trainer:
         self._records = RootRecords(log, counters, self.progress, run_dir) if world.is_root \
             else None
         self._schedule = self._resumed_schedule() if world.is_root else None
-        self._checkpoints = CheckpointWriter(run_dir / "checkpoints", cfg.run.keep_checkpoints,
-                                             cfg.run.checkpoint_minutes, counters.restarts)
+        self._checkpoints = CheckpointWriter(run_dir / "checkpoints", cfg.run, counters.restarts)
 
     def run(self, signals: StopSignals) -> int:
         """`signals` is installed by the caller for the whole process: a signal during

@@ -13,7 +13,8 @@
 
 # `ddrl train` exits with this code after a signal made it checkpoint: the run can go on.
 DDRL_EXIT_RESUMABLE=3
-# Exit codes that a restart cannot mend: bad input (2), a diverged run (5).
+# Exit codes that a restart cannot mend: bad input or a full disk (2), a diverged run (5).
+# Others restart from the last checkpoint: a lost rank (4), a storage fault that may pass (7).
 DDRL_EXIT_FINAL="2 5"
 
 # Each rank keeps one GPU: the one at its local rank in the list Slurm granted the node
