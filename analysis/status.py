@@ -16,6 +16,7 @@ from ddrl.errors import DdrlError
 from ddrl.log import left_open
 from ddrl.rundir import held_by_a_run
 
+CANNOT_TELL = "cannot tell"
 # frames/s over the last this many seconds of the run's /train rows.
 RECENT_SECONDS = 60.0
 
@@ -41,8 +42,9 @@ def expand(paths: list[str]) -> list[Path]:
     return found
 
 
-def running(run_dir: Path) -> bool:
-    """Whether a process holds the run directory's lock (ddrl train holds it for its life).
+def running(run_dir: Path) -> bool | None:
+    """Whether a process holds the run directory's lock (ddrl train holds it for its life);
+    None where it cannot be told (the lock file unreadable from here: a stale NFS handle).
     A shared lock, taken and dropped at once: a run starting in that instant retries."""
     try:
         with open(run_dir / ".lock") as f:
@@ -52,7 +54,7 @@ def running(run_dir: Path) -> bool:
     except OSError:  # no lock file (a run from before locks, or never started), no flock here
         pass
     # The lock file's heartbeat: where flock is unsupported or local to another node.
-    return bool(held_by_a_run(run_dir))
+    return held_by_a_run(run_dir)
 
 
 def _fmt(value: float, spec: str) -> str:
@@ -68,11 +70,19 @@ def _clock(seconds: float) -> str:
 
 
 def line(run_dir: Path) -> list[str]:
+    live = running(run_dir)
     try:
         run = load_run(run_dir)
     except DdrlError as exc:
+        # A log being written, read from another node of a shared filesystem, can look torn
+        # for a moment: only the log of a run known to have ended is damaged.
+        if live is not False:
+            return [run_dir.name, CANNOT_TELL if live is None else "running",
+                    f"the log cannot be read now ({exc})"]
         return [run_dir.name, "damaged", str(exc)]
-    live = running(run_dir)
+    if live is None:
+        return [run_dir.name, CANNOT_TELL, "whether a run holds it: its lock file cannot be "
+                "read from here (a stale NFS handle or a storage fault); its log reads"]
     progress = run.progress()
     saved = _saved_frames(run_dir)
     # Killed before it closed its log: a resume goes on from the last checkpoint, and the
@@ -149,6 +159,6 @@ def run(args: argparse.Namespace) -> int:
         if len(r) == len(header):
             print("  ".join(cell.ljust(w) if i < 2 else cell.rjust(w)
                             for i, (cell, w) in enumerate(zip(r, widths))).rstrip())
-        else:  # damaged: its name, its state and why
+        else:  # damaged or unknown: its name, its state and why
             print(f"{r[0].ljust(widths[0])}  {r[1]}  {r[2]}")
     return 0

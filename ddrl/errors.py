@@ -52,8 +52,8 @@ def storage_error(message: str, code: int | None) -> DdrlError:
     """The error for a failed write whose errno is `code`: one that may pass says so and
     is resumable."""
     if code in PASSING_ERRNOS:
-        return StorageFaultError(f"{message}; the fault may pass: the run can be resumed "
-                                 f"(exit {StorageFaultError.exit_code})")
+        return StorageFaultError(f"{message}; the fault may pass (exit "
+                                 f"{StorageFaultError.exit_code}): try again, or --resume a run")
     return DdrlError(message)
 
 

@@ -231,12 +231,13 @@ def held_by_a_run(run_dir: Path) -> bool | None:
     """Whether a live run holds the directory: True, False, or None where it cannot be told
     (a lock file unreadable here)."""
     path = run_dir / OWNER
-    if not path.exists():
-        return False
     try:
-        return not _gone(path)
-    except OSError:
+        path.stat()
+    except FileNotFoundError:
+        return False
+    except OSError:  # ESTALE from an NFS client, EIO: the file is there, its state unknown
         return None
+    return not _gone(path)
 
 
 def hold(run_dir: Path) -> Lock:

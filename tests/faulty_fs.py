@@ -3,8 +3,8 @@ server's fail-over (EIO, ESTALE) or a lost Lustre client (ENOTCONN) makes them f
 kernel returns the error to the process, so ddrl meets it exactly as it would there.
 
 Run as `python faulty_fs.py BACKING MOUNTPOINT CONTROL` (foreground). CONTROL is a file
-outside the mount holding `ERRNO COUNT SUBSTRING`: the next COUNT writes, fsyncs or renames of
-paths containing SUBSTRING fail with ERRNO (COUNT -1: all of them, until CONTROL changes);
+outside the mount holding `ERRNO COUNT SUBSTRING`: the next COUNT writes, fsyncs, renames or
+stats of paths containing SUBSTRING fail with ERRNO (COUNT -1: all of them, until CONTROL changes);
 CONTROL empty or absent: nothing fails. Each failure is appended to CONTROL.log."""
 from __future__ import annotations
 
@@ -44,8 +44,10 @@ class Faulty(Operations):
                 fh.write(f"{op} {path} {errno.errorcode[code]}\n")
         raise FuseOSError(code)
 
-    # Reads and metadata pass through.
+    # Reads and metadata pass through, but for the status of a path that fails (an NFS
+    # client whose file handle went stale: ESTALE on stat).
     def getattr(self, path, fh=None):
+        self._maybe_fail("getattr", path)
         st = os.lstat(self._full(path))
         return {key: getattr(st, key) for key in (
             "st_atime", "st_ctime", "st_gid", "st_mode", "st_mtime", "st_nlink", "st_size",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -117,3 +118,55 @@ def test_a_log_write_that_fails_with_an_error_that_may_pass_ends_the_run_resumab
     assert lines[-1].startswith("ddrl: error: ") and "writing the log failed" in lines[-1], err
     assert "may pass" in lines[-1] and "Traceback" not in err, err
     assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).update > 0
+
+
+def test_status_says_cannot_tell_when_the_lock_file_cannot_be_read(faulty):
+    """From another node (the run's flock is out of sight) with a stale file handle on the
+    run directory's lock files: neither "killed" nor a traceback, but "cannot tell"; once the
+    fault passes, "running" again."""
+    mount, control = faulty
+    run_dir = mount / "run"
+    proc = subprocess.Popen([*DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir, "--set",
+                             "run.max_minutes=3", "--set", "run.max_frames=10000000", *FAST],
+                            cwd=ROOT, env=env_for_tests(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while checkpoint.latest(run_dir / "checkpoints") is None:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        fail(control, errno.ESTALE, -1, ".lock")
+        time.sleep(2)  # past FUSE's 1 s attribute cache
+        res = ddrl("status", run_dir, timeout=120)
+        assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+        state = res.stdout.splitlines()[1].split()[1:3]
+        assert state == ["cannot", "tell"], res.stdout
+        control.write_text("")
+        time.sleep(2)
+        res = ddrl("status", run_dir, timeout=120)
+        assert res.stdout.splitlines()[1].split()[1] == "running", res.stdout
+    finally:
+        proc.send_signal(signal.SIGUSR1)
+        proc.communicate(timeout=120)
+
+
+def test_a_run_where_flock_is_refused_writes_and_reads_its_log(tmp_path):
+    """Lustre without `-o flock`, NFS without lockd: every flock is ENOSYS (here for the whole
+    process, by a preloaded flock). The run takes its lock file alone, HDF5 writes the log
+    without its own lock, and `ddrl status` and `analyze` read it."""
+    shim = tmp_path / "noflock.so"
+    source = tmp_path / "noflock.c"
+    source.write_text("#include <errno.h>\n"
+                      "int flock(int fd, int op) { (void)fd; (void)op; errno = ENOSYS; "
+                      "return -1; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", shim, source], check=True)
+    env = {**env_for_tests(), "LD_PRELOAD": str(shim)}
+    run_dir = tmp_path / "run"
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", "run.max_frames=3000",
+               *NO_EVAL, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr
+    assert "without flock (Function not implemented)" in res.stderr, res.stderr
+    res = ddrl("status", run_dir, timeout=120, env=env)
+    assert res.stdout.splitlines()[1].split()[1] == "finished", res.stdout + res.stderr
+    res = ddrl("analyze", run_dir, "--out", tmp_path / "analysis", timeout=300, env=env)
+    assert res.returncode == 0 and (tmp_path / "analysis" / "summary.csv").is_file(), res.stderr

@@ -84,3 +84,19 @@ def test_a_symlink_planted_as_the_lock_is_not_followed(tmp_path):
     with pytest.raises(DdrlError, match="cannot lock it"):
         hold(run)
     assert target.read_text() == "keep"
+
+
+def test_status_of_a_held_directory_whose_log_cannot_be_read_is_running_not_damaged(tmp_path):
+    """A log read from another node while it is written can look torn for a moment (NFS,
+    Lustre): a run that holds its directory is running, and the log is said to be unreadable
+    now, not damaged."""
+    from analysis.status import line
+
+    (tmp_path / "log.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(200))
+    lock = hold(tmp_path)
+    try:
+        held = line(tmp_path)
+    finally:
+        lock.close()
+    assert held[1] == "running" and "cannot be read now" in held[2], held
+    assert line(tmp_path)[1] == "damaged"  # once nobody holds it
