@@ -207,8 +207,9 @@ DOCS = {
                            "before the final barrier",
     "debug.freeze_mid_step": "a central-mode `freeze_rank` stops between a step's head and its "
                              "observations, as a host hung mid-send would",
-    "debug.freeze_seconds": "a central-mode `freeze_rank` wakes up after this many seconds "
-                            "(0: it stays frozen)",
+    "debug.freeze_seconds": "a central-mode `freeze_rank`, or one frozen at start-up, sleeps "
+                            "this many seconds instead (its other threads go on; 0: it "
+                            "stops for ever)",
 }
 
 

@@ -1,8 +1,21 @@
-"""Orderly stops: the signals a batch system sends before it ends a job."""
+"""Orderly stops: the signals a batch system sends before it ends a job; and a process that
+stops itself, for the fault tests."""
 from __future__ import annotations
 
+import os
 import signal
 import threading
+import time
+
+
+def freeze(seconds: float = 0.0) -> None:
+    """Fault injection (`debug.*`): this process hung, for `seconds` (its other threads go
+    on, as in a slow import from a shared filesystem) or, with 0, for ever (SIGSTOP: all of
+    it, as a host that froze)."""
+    if seconds:
+        time.sleep(seconds)
+    else:
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 class StopSignals:

@@ -3,9 +3,10 @@ server's fail-over (EIO, ESTALE) or a lost Lustre client (ENOTCONN) makes them f
 kernel returns the error to the process, so ddrl meets it exactly as it would there.
 
 Run as `python faulty_fs.py BACKING MOUNTPOINT CONTROL` (foreground). CONTROL is a file
-outside the mount holding `ERRNO COUNT SUBSTRING`: the next COUNT writes, fsyncs, renames or
-stats of paths containing SUBSTRING fail with ERRNO (COUNT -1: all of them, until CONTROL changes);
-CONTROL empty or absent: nothing fails. Each failure is appended to CONTROL.log."""
+outside the mount holding `ERRNO COUNT SUBSTRING [OPS]`: the next COUNT of the operations OPS
+(comma-separated, of write, fsync, rename, getattr; by default the first three) on paths
+containing SUBSTRING fail with ERRNO (COUNT -1: all of them, until CONTROL changes); CONTROL
+empty or absent: nothing fails. Each failure is appended to CONTROL.log."""
 from __future__ import annotations
 
 import errno
@@ -32,20 +33,21 @@ class Faulty(Operations):
                     words = fh.read().split()
             except FileNotFoundError:
                 return
-            if len(words) != 3 or words[2] not in path:
+            if len(words) not in (3, 4) or words[2] not in path:
                 return
+            ops = words[3].split(",") if len(words) == 4 else ["write", "fsync", "rename"]
             code, count = int(words[0]), int(words[1])
-            if count == 0:
+            if count == 0 or op not in ops:
                 return
             if count > 0:
                 with open(self.control, "w") as fh:
-                    fh.write(f"{code} {count - 1} {words[2]}")
+                    fh.write(" ".join([words[0], str(count - 1), *words[2:]]))
             with open(self.control + ".log", "a") as fh:
                 fh.write(f"{op} {path} {errno.errorcode[code]}\n")
         raise FuseOSError(code)
 
-    # Reads and metadata pass through, but for the status of a path that fails (an NFS
-    # client whose file handle went stale: ESTALE on stat).
+    # Reads and metadata pass through; a stat may fail on request (an NFS client whose file
+    # handle went stale: ESTALE).
     def getattr(self, path, fh=None):
         self._maybe_fail("getattr", path)
         st = os.lstat(self._full(path))

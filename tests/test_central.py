@@ -146,6 +146,25 @@ def test_an_actor_that_wakes_up_after_it_was_left_out_stops_and_the_learner_trai
     assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).frames >= 150000
 
 
+@pytest.mark.parametrize("seconds", [25, 0])
+def test_a_slow_learner_start_up_is_waited_for_and_a_frozen_one_ends_the_job(run_dir, seconds):
+    """The learner's start-up held 25 s (a replay restored from a slow shared filesystem),
+    past the actors' 16 s deadline (2 x sync.timeout + 10): its heartbeats keep them, and the
+    run ends well; it aborted as "the learner is gone" before. Frozen whole (SIGSTOP), it
+    beats no more and the actors end the job within the deadline."""
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *CENTRAL, *NO_EVAL,
+               "--set", "run.max_frames=6000", "--set", "sync.timeout=3",
+               "--set", "debug.freeze_rank=0", "--set", "debug.freeze_update=-1",
+               "--set", f"debug.freeze_seconds={seconds}", ranks=3, timeout=240)
+    out = res.stdout + res.stderr
+    if seconds:
+        assert res.returncode == 0 and "stopped (frames)" in out, out[-3000:]
+        assert "the learner is gone" not in out
+    else:
+        assert res.returncode != 0 and "(2 x sync.timeout + 10 s): the learner is gone" in out, \
+            out[-3000:]
+
+
 def test_an_actor_frozen_shortly_before_the_end_ends_the_job_once_the_learner_saved(run_dir):
     """Frozen a few seconds before the run's last frames, too late to be left out during the
     run: its goodbye never comes, and after sync.timeout the learner counts it lost and ends

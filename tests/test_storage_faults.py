@@ -44,13 +44,27 @@ def faulty(tmp_path) -> Iterator[tuple[Path, Path]]:
         proc.wait(timeout=30)
 
 
-def fail(control: Path, code: int, count: int, where: str) -> None:
-    control.write_text(f"{code} {count} {where}")
+def fail(control: Path, code: int, count: int, where: str, ops: str = "write,fsync,rename"
+         ) -> None:
+    control.write_text(f"{code} {count} {where} {ops}")
 
 
 def failures(control: Path) -> list[str]:
     log = control.with_name(control.name + ".log")
     return log.read_text().splitlines() if log.exists() else []
+
+
+def start_with_a_checkpoint(run_dir: Path) -> subprocess.Popen:
+    """A CartPole run of up to 3 minutes, once its first checkpoint is on disk."""
+    proc = subprocess.Popen([*DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir, "--set",
+                             "run.max_minutes=3", "--set", "run.max_frames=10000000", *FAST],
+                            cwd=ROOT, env=env_for_tests(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while checkpoint.latest(run_dir / "checkpoints") is None:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    return proc
 
 
 @pytest.mark.parametrize("code", [errno.EIO, errno.ESTALE])
@@ -75,14 +89,7 @@ def test_checkpoints_that_keep_failing_end_the_run_resumable_with_the_last_good_
     passed, the run resumes from that checkpoint."""
     mount, control = faulty
     run_dir = mount / "run"
-    proc = subprocess.Popen([*DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir, "--set",
-                             "run.max_minutes=3", "--set", "run.max_frames=10000000", *FAST],
-                            cwd=ROOT, env=env_for_tests(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while checkpoint.latest(run_dir / "checkpoints") is None:
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.1)
+    proc = start_with_a_checkpoint(run_dir)
     fail(control, errno.EIO, -1, "ckpt-")
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 7, (proc.returncode, err)
@@ -103,14 +110,7 @@ def test_checkpoints_that_keep_failing_end_the_run_resumable_with_the_last_good_
 def test_a_log_write_that_fails_with_an_error_that_may_pass_ends_the_run_resumable(faulty):
     mount, control = faulty
     run_dir = mount / "run"
-    proc = subprocess.Popen([*DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir, "--set",
-                             "run.max_minutes=3", "--set", "run.max_frames=10000000", *FAST],
-                            cwd=ROOT, env=env_for_tests(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while checkpoint.latest(run_dir / "checkpoints") is None:
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.1)
+    proc = start_with_a_checkpoint(run_dir)
     fail(control, errno.ENOTCONN, -1, "log.h5")
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 7, (proc.returncode, err)
@@ -126,16 +126,9 @@ def test_status_says_cannot_tell_when_the_lock_file_cannot_be_read(faulty):
     fault passes, "running" again."""
     mount, control = faulty
     run_dir = mount / "run"
-    proc = subprocess.Popen([*DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir, "--set",
-                             "run.max_minutes=3", "--set", "run.max_frames=10000000", *FAST],
-                            cwd=ROOT, env=env_for_tests(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = start_with_a_checkpoint(run_dir)
     try:
-        deadline = time.monotonic() + 120
-        while checkpoint.latest(run_dir / "checkpoints") is None:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.1)
-        fail(control, errno.ESTALE, -1, ".lock")
+        fail(control, errno.ESTALE, -1, ".lock", "getattr")
         time.sleep(2)  # past FUSE's 1 s attribute cache
         res = ddrl("status", run_dir, timeout=120)
         assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr

@@ -24,8 +24,6 @@ job: the learner is gone.
 """
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import threading
 import time
@@ -44,10 +42,11 @@ from ddrl.envs import Step, make_pool
 from ddrl.errors import DdrlError
 from ddrl.output import say
 from ddrl.seeding import derive_seed, rng
+from ddrl.signals import freeze
 
 # Message tags; each (source, tag) pair is FIFO in MPI. A group's actions come on
 # ACTIONS + group, so the replies to several groups in flight cannot be confused.
-OBS_META, OBS_DATA, STOP, ACTIONS = 41, 42, 43, 100
+OBS_META, OBS_DATA, STOP, HEARTBEAT, ACTIONS = 41, 42, 43, 44, 100
 LEARNER = 0
 # The STOP an actor gets when the learner left it out: it stops and waits for the job's end.
 LEFT_OUT = -1
@@ -107,15 +106,6 @@ class _Group:
         self.sent_at = 0.0
 
 
-def _freeze(cfg: Config) -> None:
-    """Fault injection: a host hung in its own work, for ever (SIGSTOP) or for
-    debug.freeze_seconds."""
-    if cfg.debug.freeze_seconds:
-        time.sleep(cfg.debug.freeze_seconds)
-    else:
-        os.kill(os.getpid(), signal.SIGSTOP)
-
-
 def run_actor(cfg: Config, world: World, restart: int) -> int:
     """An actor rank's whole run: simulators only, until the learner says stop."""
     from mpi4py import MPI
@@ -127,8 +117,9 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
                                   rng=rng(cfg.run.seed, world.rank, f"actor{g}/{restart}/decorrelate")),
                      stacked=cfg.is_atari)
               for g in range(cfg.central.groups)]
-    stop = np.zeros(1, np.int64)
+    stop, beat = np.zeros(1, np.int64), np.zeros(1, np.int64)
     stop_request = comm.Irecv(stop, LEARNER, STOP)
+    beat_request = comm.Irecv(beat, LEARNER, HEARTBEAT)
     sends: list = []
     frames, games, steps_sent, t_sim, t_idle, t_round, rounds = 0, 0, 0, 0.0, 0.0, 0.0, 0
     deadline = 2 * cfg.sync.timeout + 10
@@ -138,7 +129,7 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
         nonlocal frames, games, steps_sent, t_sim, t_round, rounds
         frozen = world.rank == cfg.debug.freeze_rank and steps_sent == cfg.debug.freeze_update
         if frozen and not cfg.debug.freeze_mid_step:
-            _freeze(cfg)
+            freeze(cfg.debug.freeze_seconds)
         t0 = time.perf_counter()
         if not first:
             t_round += t0 - group.sent_at
@@ -165,7 +156,7 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
         sends.append(comm.Isend(meta, LEARNER, OBS_META))
         if frozen and cfg.debug.freeze_mid_step:  # fault injection: hung between the two sends
             sends[-1].Wait()
-            _freeze(cfg)
+            freeze(cfg.debug.freeze_seconds)
         sends.append(comm.Isend(data, LEARNER, OBS_DATA))
         steps_sent += 1
         group.sent_at = time.perf_counter()
@@ -182,6 +173,9 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
             last_heard = time.monotonic()
             backoff.reset()
             continue
+        if beat_request.Test():  # the learner, still starting, is alive
+            last_heard = time.monotonic()
+            beat_request = comm.Irecv(beat, LEARNER, HEARTBEAT)
         if time.monotonic() - last_heard > deadline:
             abort(comm, f"actor rank {world.rank}: no actions from the learner for "
                         f"{deadline:.0f} s (2 x sync.timeout + 10 s): the learner is gone")
@@ -191,9 +185,9 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
     # The learner receives what is still on the way (it knows how much from the count),
     # so every send completes before MPI_Finalize.
     sends.append(comm.Isend(np.array([steps_sent], np.int64), LEARNER, STOP))
-    for group in groups:
-        group.request.Cancel()
-        group.request.Wait()
+    for request in [g.request for g in groups] + [beat_request]:
+        request.Cancel()
+        request.Wait()
     MPI.Request.Waitall(sends)
     for group in groups:
         group.pool.close()
@@ -210,6 +204,31 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
 
 
 # ---------------------------------------------------------------- the learner rank
+
+
+class StartupBeat:
+    """The learner's start-up (TensorFlow's import, a replay memory restored from a slow
+    shared filesystem) may outlast the actors' deadline for it (2 x sync.timeout + 10 s from
+    their first step): until it serves them, a thread tells each actor every `every` seconds
+    that it is alive. A learner frozen whole stops beating, and the deadline ends the job."""
+
+    def __init__(self, world: World, every: float):
+        self._comm, self._actors = world.comm, range(LEARNER + 1, world.size)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every,),
+                                        name="ddrl-startup-beat", daemon=True)
+        self._thread.start()
+
+    def _run(self, every: float) -> None:
+        beat, sends = np.zeros(1, np.int64), []
+        while not self._stop.wait(every):
+            # A frozen actor's beats stay pending; a few bytes each, for the start-up only.
+            sends = [r for r in sends if not r.Test()]
+            sends += [self._comm.Isend(beat, actor, HEARTBEAT) for actor in self._actors]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 @dataclass
@@ -260,6 +279,7 @@ class RemotePool:
         self._live = set(range(actors))
         self.lost: list[int] = []
         self._stats = [_ActorStats() for _ in range(actors)]
+        self._serving = False
         self._served: list[_Request] = []
         self._sends: list = []
         self._abandoned: list = []  # receives given up on, with their buffers
@@ -276,6 +296,12 @@ class RemotePool:
         parts: list[tuple[_Request, dict, np.ndarray, np.ndarray | None]] = []
         have, first_at, start = 0, None, time.perf_counter()
         status, backoff = MPI.Status(), Backoff(spin=1e-3)
+        if not self._serving:
+            # The actors' silence counts from the first batch the learner asks for, not
+            # through its own start-up (a slow one is no actor's fault).
+            self._serving = True
+            for st in self._stats:
+                st.last_heard = time.monotonic()
         self._expire()
         while have < self._batch and not self.stopping.is_set():
             if first_at is not None and time.monotonic() - first_at >= self._deadline:

@@ -2,11 +2,10 @@
 tests freeze one. Nothing here runs unless a job asks for it."""
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 from ddrl.config import Config
+from ddrl.signals import freeze
 
 
 class Faults:
@@ -18,18 +17,18 @@ class Faults:
     def at_end(self) -> None:
         """`debug.freeze_update = -2`: frozen after the last update, before the final barrier."""
         if self._freeze_at == -2:
-            os.kill(os.getpid(), signal.SIGSTOP)
+            freeze()
 
     def after_gradients(self, update: int, seconds: float) -> None:
         """`seconds`: this update's batch and gradients, stretched `slow_factor` times."""
         if self._slow_factor > 1:
             time.sleep((self._slow_factor - 1) * seconds)
         if update == self._freeze_at:
-            os.kill(os.getpid(), signal.SIGSTOP)
+            freeze()
 
 
 def freeze_at_startup(cfg: Config, rank: int) -> None:
     """`debug.freeze_update = -1`: `freeze_rank` stops itself at start-up, after TensorFlow's
-    import, before the initial weights are shared."""
+    import, before the initial weights are shared (for `debug.freeze_seconds`, or for ever)."""
     if rank == cfg.debug.freeze_rank and cfg.debug.freeze_update == -1:
-        os.kill(os.getpid(), signal.SIGSTOP)
+        freeze(cfg.debug.freeze_seconds)

@@ -22,11 +22,14 @@ class Central:
 
     def __init__(self, cfg: Config, world: World):
         self.cfg, self.world = cfg, world
-        self._comm = self._pool = None
+        self._comm = self._pool = self._beat = None
 
     def start(self, restarts: int) -> int:
         self._comm = central.split(self.world)
-        return central.share_restarts(self.world, restarts)
+        restarts = central.share_restarts(self.world, restarts)
+        if self.trains:  # until `actors`, the last of the learner's start-up
+            self._beat = central.StartupBeat(self.world, min(5.0, self.cfg.sync.timeout / 2))
+        return restarts
 
     @property
     def trains(self) -> bool:
@@ -47,6 +50,7 @@ class Central:
     def actors(self, learner, restarts: int):
         from ddrl.placement.central.actors import central_actors
 
+        self._beat.stop()
         return central_actors(self.cfg, learner, restarts, self._pool)
 
 
