@@ -27,6 +27,8 @@ COMMANDS = {
     "slurm": ("ddrl.slurm_script", "print a ready sbatch script for a job file"),
     "sweep": ("ddrl.sweep", "a sweep file's runs one after another on this machine, "
                             "resumable (the workstation's job array)"),
+    "recipes": ("ddrl.recipe", "the job files that come with ddrl, a line each (`ddrl train "
+                               "NAME` runs one)"),
 }
 
 

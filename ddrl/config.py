@@ -618,7 +618,8 @@ def load_config(path: str | Path | None, overrides: list[str] = (),
     if path is not None:
         path = Path(path)
         if not path.is_file():
-            raise DdrlError(f"job file not found: {path}")
+            raise DdrlError(f"job file not found: {path} (`ddrl recipes` lists the job files "
+                            "that come with ddrl, by name)")
         try:
             data = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as exc:

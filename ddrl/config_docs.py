@@ -204,7 +204,8 @@ DOCS = {
                          "as a host hung in its own work would (-1: none)",
     "debug.freeze_update": "the update at which `freeze_rank` stops itself; -1: at start-up, "
                            "before the initial weights are shared; -2: after the last update, "
-                           "before the final barrier",
+                           "before the final barrier; -3: before the placement's start-up "
+                           "(central mode's split)",
     "debug.freeze_mid_step": "a central-mode `freeze_rank` stops between a step's head and its "
                              "observations, as a host hung mid-send would",
     "debug.freeze_seconds": "a central-mode `freeze_rank`, or one frozen at start-up, sleeps "

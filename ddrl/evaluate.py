@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ddrl import checkpoint
-from ddrl.args import positive_int
+from ddrl.args import positive_float, positive_int
 from ddrl.errors import DdrlError
 from ddrl.loop import video
 from ddrl.loop.evaluator import evaluate
@@ -23,6 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--video", type=Path, metavar="FILE.gif",
                    help="play the games on one simulator and write them as an animated GIF, "
                         "the score on each frame (--episodes default: 1)")
+    p.add_argument("--video-minutes", type=positive_float, default=10.0, metavar="M",
+                   help="the video holds the first M minutes of play (default 10: a GIF "
+                        "writer holds every frame in memory)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     learner = Learner(cfg, *env_spec(cfg))
     learner.set_weights(ckpt.weights)
     if args.video is not None:
-        returns = video.record(cfg, learner, args.video, args.episodes or 1, args.seed)
+        returns = video.record(cfg, learner, args.video, args.episodes or 1, args.seed,
+                               args.video_minutes)
         print(f"{ckpt_path}: update {ckpt.update}, frames {ckpt.frames:,}: wrote {len(returns)} "
               f"game(s) to {args.video}, returns {' '.join(f'{r:+.0f}' for r in returns)}")
         return 0

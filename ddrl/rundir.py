@@ -35,6 +35,22 @@ def default_run_dir(job: str) -> Path:
     return Path("runs") / f"{stem}-{tag}"
 
 
+def remove_leftovers(run_dir: Path) -> int:
+    """The temporary files of writes a kill cut short (a checkpoint's, a replay memory's
+    gigabytes, a log being rebuilt), removed by the run that holds the directory, which no
+    other writer shares; how many."""
+    removed, size = 0, 0
+    for path in [*(run_dir / "checkpoints").glob(".*.tmp"), *run_dir.glob("*.h5.tmp")]:
+        with contextlib.suppress(OSError):
+            bytes_ = path.lstat().st_size
+            path.unlink()  # a symlink planted there goes, not what it points to
+            removed, size = removed + 1, size + bytes_
+    if removed:
+        say(f"[ddrl] note: removed {removed} temporary file(s) of writes cut short "
+            f"({size / 2**20:.1f} MiB) from {run_dir}", err=True)
+    return removed
+
+
 def prepare(run_dir: Path, resume: bool, loud: bool, cfg: Config) -> checkpoint.Checkpoint | None:
     """The checkpoint to resume from; refuses to write over an existing run's log, and a
     resume whose job changes what the checkpoints are of."""

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from ddrl import checkpoint
-from ddrl.args import positive_int
+from ddrl.args import job_file, positive_int
 from ddrl.config import load_config
 from ddrl.envs import check_env_id
 from ddrl.errors import DdrlError
@@ -39,7 +39,8 @@ _SIGNAL_SLACK_S = 60
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job", metavar="JOB.toml", help="the job file")
+    parser.add_argument("job", metavar="JOB.toml", type=job_file,
+                        help="the job file, or a recipe's name (`ddrl recipes`)")
     parser.add_argument("--nodes", type=positive_int, help="nodes (-N)")
     parser.add_argument("--tasks-per-node", type=positive_int, help="ddrl ranks per node")
     parser.add_argument("--cpus-per-task", type=positive_int, help="cores per rank")

@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ddrl.args import job_file
 from ddrl.distributed.launch import mpirun_command
 from ddrl.errors import DdrlError, InUseError
 from ddrl.rundir import hold
@@ -37,7 +38,8 @@ PR_SET_PDEATHSIG = 1
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("job", help="TOML job file (a sweep line may name another)")
+    p.add_argument("job", type=job_file,
+                   help="TOML job file or a recipe's name (a sweep line may name another)")
     p.add_argument("--sweep", required=True, metavar="FILE",
                    help="one run per line: `key=value ...`, optionally another job file")
     p.add_argument("--out", required=True, metavar="DIR", help="run i goes to DIR_i")

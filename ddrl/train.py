@@ -10,17 +10,18 @@ import traceback
 from pathlib import Path
 
 from ddrl import checkpoint, wandb_writer
+from ddrl.args import job_file
 from ddrl.config import Config, load_config
 from ddrl.envs import check_env_id
 from ddrl.errors import DdrlError, EveryRankError, storage_errors
 from ddrl.output import say
-from ddrl.rundir import default_run_dir, hold, prepare
+from ddrl.rundir import default_run_dir, hold, prepare, remove_leftovers
 from ddrl.signals import StopSignals
 from ddrl.tensorboard import EventWriter, start_timestamp
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("job", help="TOML job file")
+    p.add_argument("job", type=job_file, help="TOML job file, or a recipe's name (`ddrl recipes`)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set optim.lr=5e-4 (repeatable)")
     p.add_argument("--out", help="run directory (default: runs/<job>-<slurm job id or time>)")
@@ -56,6 +57,8 @@ def _run(args: argparse.Namespace, signals: StopSignals) -> int:
     held = None  # rank 0's lock on the run directory, for the life of this process
     try:
         held = hold(run_dir) if world.is_root else None
+        if held is not None:
+            remove_leftovers(run_dir)
         resumed, problem = prepare(run_dir, args.resume, world.is_root, cfg), None
     except DdrlError as exc:
         resumed, problem = None, (str(exc), exc.exit_code)
@@ -116,7 +119,9 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
     from ddrl.placement import placement_of
 
     placement = placement_of(cfg)(cfg, world)
-    restarts = placement.start(ckpt.restarts + 1 if ckpt is not None else 0)
+    freeze_at_startup(cfg, world.rank, before_placement=True)
+    with startup:  # central mode's split and restart broadcast are collectives too
+        restarts = placement.start(ckpt.restarts + 1 if ckpt is not None else 0)
     if not placement.trains:
         code = placement.serve(restarts)
         signals.job_stopping = True  # it leaves when the trainers end the job, not on signals

@@ -3,6 +3,8 @@ never load TensorFlow, the learner batching their observations; across simulated
 frozen actor left out; a stop signal and a resume."""
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import signal
 import subprocess
@@ -21,8 +23,10 @@ from conftest import (
     ddrl,
     env_for_tests,
     mpirun,
+    rank_pid,
     table,
     wait_for_updates,
+    wait_stopped,
 )
 
 from ddrl import checkpoint
@@ -144,6 +148,31 @@ def test_an_actor_that_wakes_up_after_it_was_left_out_stops_and_the_learner_trai
     assert "actor rank 2: the learner left it out" in out, out[-3000:]
     assert "the learner is gone" not in out and "stopped (frames)" in out, out[-3000:]
     assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).frames >= 150000
+
+
+def test_an_actor_frozen_before_the_split_ends_the_job_in_one_line(run_dir):
+    """Frozen before central mode's split of the world (a hung import from a shared
+    filesystem): the learner and the other actor waited in the split for ever, spinning; the
+    start-up's deadline ends the job instead."""
+    cmd = [*mpirun(3), *DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir, *CENTRAL,
+           *NO_EVAL, "--set", "sync.timeout=5", "--set", "sync.startup_timeout=20",
+           "--set", "debug.freeze_rank=2", "--set", "debug.freeze_update=-3"]
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    frozen = None
+    try:
+        frozen = rank_pid(run_dir, 2, wait=120)
+        wait_stopped(frozen)
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+        if frozen is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(frozen, signal.SIGKILL)
+    assert proc.returncode != 0
+    assert re.search(r"ddrl: error: rank \d waited 20 s \(sync.timeout, at least "
+                     r"sync.startup_timeout = 20 s at start-up\) in a start-up collective for "
+                     r"rank 2, which never joined", out), out[-3000:]
 
 
 @pytest.mark.parametrize("seconds", [25, 0])

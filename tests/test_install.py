@@ -52,3 +52,16 @@ def test_an_installed_wheel_renders_batch_scripts_and_reads_references_outside_t
                                 "print(len(load_reference('pong')))"],
                                cwd=away, env=env, capture_output=True, text=True, timeout=60)
     assert installed.stdout.strip() == str(len(shipped)), installed.stderr
+
+    # The recipes come with the package: listed, and run by name away from the checkout.
+    listed = subprocess.run([sys.executable, "-m", "ddrl", "recipes", "--paths"], cwd=away,
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    pong = next(line for line in listed.stdout.splitlines() if line.startswith("pong-ppo "))
+    assert str(site / "ddrl" / "recipes" / "pong-ppo.toml") in pong, listed.stdout
+    trained = subprocess.run([sys.executable, "-m", "ddrl", "train", "pong-ppo", "--out", "r",
+                              "--set", "run.max_frames=4096", "--set", "eval.episodes=0",
+                              "--set", "eval.target=none"],
+                             cwd=away, env=env, capture_output=True, text=True, timeout=300)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert "ALE/Pong-v5" in trained.stdout and (away / "r" / "log.h5").is_file()

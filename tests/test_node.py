@@ -181,6 +181,22 @@ def test_eval_writes_whole_games_as_a_video(run_dir, tmp_path):
         video.seek(video.n_frames // 2)
         assert (np.asarray(video.convert("L")) != first).any(), "the frames do not move"
 
+    # A bounded video: its first 2 s (30 agent steps), the game still played to its end.
+    short = ddrl("eval", run_dir, "--video", tmp_path / "short.gif", "--video-minutes",
+                 str(2 / 60), timeout=300)
+    assert short.returncode == 0, short.stderr
+    assert f"wrote 1 game(s) to {tmp_path / 'short.gif'}, returns {returns[0]:+.0f}" \
+        in short.stdout, short.stdout
+    assert "--video holds the first" in short.stderr
+    with Image.open(tmp_path / "short.gif") as video:
+        # Pillow merges a run of identical frames into one of their summed duration.
+        durations = []
+        for frame in range(video.n_frames):
+            video.seek(frame)
+            durations.append(video.info["duration"])
+        # GIF durations are whole hundredths: 30 frames of 67 ms are written as 60 or 70.
+        assert video.n_frames <= 30 and 1700 <= sum(durations) <= 2100, durations
+
     wrong = ddrl("eval", run_dir, "--video", tmp_path / "pong.mp4", timeout=60)
     assert wrong.returncode == 2 and wrong.stderr.strip().splitlines() == [
         f"ddrl: error: --video {tmp_path / 'pong.mp4'}: the video is written as a GIF; name it FILE.gif"]

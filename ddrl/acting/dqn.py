@@ -287,6 +287,11 @@ class DQNActors(Actors):
             if saved_update != update:
                 raise ValueError(f"it is of update {saved_update}, the checkpoint "
                                  f"of update {update} (a periodic one, after a failure)")
+            # All checked before the memory takes any over: a file cut short of one array
+            # must leave the memory as it was, not half replaced.
+            missing = sorted({"since_target", "credit", *self.memory.state()} - saved.keys())
+            if missing:
+                raise ValueError(f"{', '.join(missing)} missing")
             self.memory.restore(saved, self.cfg.dqn.n_step)
         except (DdrlError, ValueError) as exc:
             say(f"[ddrl] rank {self.rank}: replay memory not restored ({exc}): prepopulating "

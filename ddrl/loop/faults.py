@@ -27,8 +27,11 @@ class Faults:
             freeze()
 
 
-def freeze_at_startup(cfg: Config, rank: int) -> None:
-    """`debug.freeze_update = -1`: `freeze_rank` stops itself at start-up, after TensorFlow's
-    import, before the initial weights are shared (for `debug.freeze_seconds`, or for ever)."""
-    if rank == cfg.debug.freeze_rank and cfg.debug.freeze_update == -1:
+def freeze_at_startup(cfg: Config, rank: int, before_placement: bool = False) -> None:
+    """`freeze_rank` stops itself at start-up (for `debug.freeze_seconds`, or for ever):
+    `debug.freeze_update = -1` after TensorFlow's import, before the initial weights are
+    shared; -3 (`before_placement`) before the placement's own start-up (central mode's
+    split of the world)."""
+    if rank == cfg.debug.freeze_rank and cfg.debug.freeze_update == (-3 if before_placement
+                                                                     else -1):
         freeze(cfg.debug.freeze_seconds)

@@ -12,6 +12,7 @@ from ddrl.envs import make_pool
 from ddrl.errors import DdrlError
 from ddrl.learner import RecurrentState
 from ddrl.loop.evaluator import eval_actions
+from ddrl.output import say
 
 SCALE = 3
 # Agent steps per second of the GIF: the game's own speed (60 frames/s, 4 frames per step).
@@ -28,9 +29,12 @@ def check(cfg: Config, path: Path) -> None:
         raise DdrlError(f"--video {path}: no such directory {path.parent}")
 
 
-def record(cfg: Config, learner, path: Path, games: int, seed: int) -> list[float]:
-    """Play `games` whole games with the evaluated policy on one simulator and write them to
-    `path` (`check`ed); the games' returns."""
+def record(cfg: Config, learner, path: Path, games: int, seed: int,
+           minutes: float = 10.0) -> list[float]:
+    """Play `games` whole games with the evaluated policy on one simulator and write the
+    first `minutes` of them to `path` (`check`ed); the games' returns. The GIF writer holds
+    every frame: a stuck agent's game (Breakout waiting for a FIRE, to the frame cap) would
+    otherwise cost gigabytes."""
     from PIL import Image, ImageDraw
 
     pool = make_pool(cfg, 1, seed, train=False)
@@ -38,16 +42,22 @@ def record(cfg: Config, learner, path: Path, games: int, seed: int) -> list[floa
     state = RecurrentState(1, learner.recurrent)
     frames: list[Image.Image] = []
     returns: list[float] = []
-    score = 0.0
+    score, most, cut = 0.0, max(1, round(minutes * 60 * STEPS_PER_SECOND)), False
     try:
         while len(returns) < games:
             step = pool.recv()
             score += float(step.reward[0])
-            screen = Image.fromarray(step.obs[0][-1]).resize(
-                (step.obs.shape[-1] * SCALE, step.obs.shape[-2] * SCALE), Image.NEAREST)
-            ImageDraw.Draw(screen).text((4, 2), f"game {len(returns) + 1}  score {score:+.0f}",
-                                        fill=255)
-            frames.append(screen)
+            if len(frames) < most:
+                screen = Image.fromarray(step.obs[0][-1]).resize(
+                    (step.obs.shape[-1] * SCALE, step.obs.shape[-2] * SCALE), Image.NEAREST)
+                ImageDraw.Draw(screen).text(
+                    (4, 2), f"game {len(returns) + 1}  score {score:+.0f}", fill=255)
+                frames.append(screen)
+            elif not cut:
+                cut = True
+                say(f"[ddrl] note: --video holds the first {minutes:g} minutes of play "
+                    "(--video-minutes); the games go on to their end for their returns",
+                    err=True)
             for _, ret, _ in step.episodes:
                 returns.append(ret)
                 score = 0.0

@@ -17,7 +17,7 @@ FLOORS = [
     ["ddrl.learner"],
     ["ddrl.algos", "ddrl.models", "ddrl.envs", "ddrl.optim"],
     ["ddrl.config", "ddrl.config_docs", "ddrl.log", "ddrl.checkpoint", "ddrl.signals", "ddrl.rundir",
-     "ddrl.errors",
+     "ddrl.errors", "ddrl.recipe",
      "ddrl.output", "ddrl.seeding", "ddrl.cpus", "ddrl.tensorboard", "ddrl.wandb_writer", "ddrl"],
 ]
 

@@ -54,3 +54,25 @@ def test_restarts_count_resumes_from_one_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     a_run(run_dir, restarts_logged=2)
     assert prepare(run_dir, True, False, load_config(JOBS / "cartpole.toml")).restarts == 2
+
+
+def test_the_temporary_files_of_writes_cut_short_are_removed_and_nothing_else(tmp_path, capsys):
+    from ddrl.rundir import remove_leftovers
+
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    (ckpts / ".ckpt-0000000010.npz.tmp").write_bytes(bytes(2**20))
+    (ckpts / ".replay-rank0.npz.tmp").write_bytes(b"x")
+    (tmp_path / "log.h5.tmp").write_bytes(b"x")
+    keep = [ckpts / "ckpt-0000000009.npz", tmp_path / "log.h5", tmp_path / "notes.tmp"]
+    for path in keep:
+        path.write_bytes(b"kept")
+    outside = tmp_path.parent / "outside.txt"
+    outside.write_text("not ours")
+    (ckpts / ".link.tmp").symlink_to(outside)
+    assert remove_leftovers(tmp_path) == 4
+    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(
+        ["checkpoints", *(p.name for p in keep)])
+    assert outside.read_text() == "not ours"
+    assert "removed 4 temporary file(s) of writes cut short (1.0 MiB)" in capsys.readouterr().err
+    assert remove_leftovers(tmp_path) == 0
