@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mem", help="memory per node, e.g. 64G")
     parser.add_argument("--partition", help="Slurm partition")
     parser.add_argument("--array", help="job array of seeds (or sweep lines), e.g. 0-9%%4")
-    parser.add_argument("--sweep", metavar="FILE",
+    parser.add_argument("--sweep", metavar="FILE", type=job_file,
                         help="one run per line of `key=value ...` (and optionally a job file)")
     parser.add_argument("--gpus-per-node", type=positive_int, help="GPUs per node, one rank each")
     parser.add_argument("--learner-cpus", type=positive_int,

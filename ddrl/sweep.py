@@ -40,8 +40,9 @@ PR_SET_PDEATHSIG = 1
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", type=job_file,
                    help="TOML job file or a recipe's name (a sweep line may name another)")
-    p.add_argument("--sweep", required=True, metavar="FILE",
-                   help="one run per line: `key=value ...`, optionally another job file")
+    p.add_argument("--sweep", required=True, metavar="FILE", type=job_file,
+                   help="one run per line: `key=value ...`, optionally another job file; or a "
+                        "recipe's name (six-games)")
     p.add_argument("--out", required=True, metavar="DIR", help="run i goes to DIR_i")
     p.add_argument("--ranks", type=int, default=2, help="MPI ranks per run (default 2)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

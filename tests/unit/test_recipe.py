@@ -35,3 +35,9 @@ def test_every_job_file_is_listed_with_a_line(capsys):
 def test_train_and_slurm_take_a_recipe_by_name():
     for argv in (["train", "cartpole"], ["slurm", "cartpole"]):
         assert build_parser(argv).parse_args(argv).job == str(JOBS / "cartpole.toml")
+
+
+def test_a_sweep_file_by_name_too():
+    argv = ["sweep", "atari-ppo", "--sweep", "six-games", "--out", "runs/six"]
+    args = build_parser(argv).parse_args(argv)
+    assert (args.job, args.sweep) == (str(JOBS / "atari-ppo.toml"), str(JOBS / "six-games.sweep"))
