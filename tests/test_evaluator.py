@@ -326,3 +326,23 @@ def test_a_frozen_evaluator_is_killed_and_replaced_and_the_run_ends(run_dir):
                      r"\(8 s\), killed\); the evaluation of update \d+ is lost", err), err
     assert "Traceback" not in err, err
     assert gone(first) and gone(second)
+
+
+def test_a_focused_crossing_is_confirmed_while_the_ranks_wait(tmp_path):
+    """Focused from the first result on, a crossing of 100 is confirmed by 20 games in all,
+    played while the ranks wait (four simulators a core): the run stops at the confirmed
+    weights, whose row holds the 20 games."""
+    out = tmp_path / "run"
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", out, "--set", "eval.every=50",
+               "--set", "eval.episodes=5", "--set", "eval.confirm_episodes=20",
+               "--set", "eval.target=100", "--set", "eval.focus_above=0",
+               "--set", "eval.pause_share=1", "--set", "eval.backfill=false",
+               "--set", "run.max_frames=400000", timeout=300)
+    assert res.returncode == 0, res.stderr
+    found = re.search(r"target 100 reached: the weights of update (\d+) .* over 20 games",
+                      res.stdout)
+    assert found, res.stdout[-3000:]
+    rows = table(out, "eval")
+    confirmed = rows[rows["episodes"] == 20]
+    assert len(confirmed) == 1 and confirmed["update"][0] == int(found[1])
+    assert confirmed["mean_return"][0] >= 100
