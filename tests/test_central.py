@@ -175,9 +175,9 @@ def test_an_actor_frozen_before_the_split_ends_the_job_in_one_line(run_dir):
                      r"rank 2, which never joined", out), out[-3000:]
 
 
-@pytest.mark.parametrize("seconds", [25, 0])
+@pytest.mark.parametrize("seconds", [20, 0])
 def test_a_slow_learner_start_up_is_waited_for_and_a_frozen_one_ends_the_job(run_dir, seconds):
-    """The learner's start-up held 25 s (a replay restored from a slow shared filesystem),
+    """The learner's start-up held 20 s (a replay restored from a slow shared filesystem),
     past the actors' 16 s deadline (2 x sync.timeout + 10): its heartbeats keep them, and the
     run ends well; it aborted as "the learner is gone" before. Frozen whole (SIGSTOP), it
     beats no more and the actors end the job within the deadline."""
