@@ -1,6 +1,7 @@
 """Shared helpers: run the real `ddrl` CLI (optionally under mpirun) and read real HDF5 logs."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -125,6 +126,24 @@ def freeze_rank(proc: subprocess.Popen, run_dir: Path, rank: int) -> str:
             except ProcessLookupError:
                 pass
     return out
+
+
+def run_with_a_frozen_rank(cmd: list, run_dir: Path, rank: int) -> tuple[int, str]:
+    """A job one of whose ranks stops itself (SIGSTOP, `debug.freeze_*`): its exit code and
+    output once the others have ended it; the frozen process is killed however it ends."""
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    frozen = None
+    try:
+        frozen = rank_pid(run_dir, rank, wait=120)
+        wait_stopped(frozen)
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+        if frozen is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(frozen, signal.SIGKILL)
+    return proc.returncode, out
 
 
 def wait_stopped(pid: int, timeout: float = 120) -> None:

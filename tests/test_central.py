@@ -3,8 +3,6 @@ never load TensorFlow, the learner batching their observations; across simulated
 frozen actor left out; a stop signal and a resume."""
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import signal
 import subprocess
@@ -23,10 +21,9 @@ from conftest import (
     ddrl,
     env_for_tests,
     mpirun,
-    rank_pid,
+    run_with_a_frozen_rank,
     table,
     wait_for_updates,
-    wait_stopped,
 )
 
 from ddrl import checkpoint
@@ -157,19 +154,8 @@ def test_an_actor_frozen_before_the_split_ends_the_job_in_one_line(run_dir):
     cmd = [*mpirun(3), *DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir, *CENTRAL,
            *NO_EVAL, "--set", "sync.timeout=5", "--set", "sync.startup_timeout=20",
            "--set", "debug.freeze_rank=2", "--set", "debug.freeze_update=-3"]
-    proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    frozen = None
-    try:
-        frozen = rank_pid(run_dir, 2, wait=120)
-        wait_stopped(frozen)
-        out, _ = proc.communicate(timeout=180)
-    finally:
-        proc.kill()
-        if frozen is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(frozen, signal.SIGKILL)
-    assert proc.returncode != 0
+    code, out = run_with_a_frozen_rank(cmd, run_dir, 2)
+    assert code != 0
     assert re.search(r"ddrl: error: rank \d waited 20 s \(sync.timeout, at least "
                      r"sync.startup_timeout = 20 s at start-up\) in a start-up collective for "
                      r"rank 2, which never joined", out), out[-3000:]

@@ -21,6 +21,7 @@ from conftest import (
     mpirun,
     rank_pid,
     root_attrs,
+    run_with_a_frozen_rank,
     table,
     wait_stopped,
 )
@@ -158,18 +159,8 @@ def test_a_rank_frozen_at_start_up_ends_the_job_in_one_line(run_dir):
            "--set", "sync.timeout=5", "--set", "sync.startup_timeout=20",
            "--set", "debug.freeze_rank=1",
            "--set", "debug.freeze_update=-1"]
-    proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    frozen = None
-    try:
-        frozen = rank_pid(run_dir, 1, wait=120)
-        wait_stopped(frozen)
-        out, _ = proc.communicate(timeout=180)
-    finally:
-        proc.kill()
-        if frozen is not None:
-            os.kill(frozen, signal.SIGKILL)
-    assert proc.returncode != 0
+    code, out = run_with_a_frozen_rank(cmd, run_dir, 1)
+    assert code != 0
     assert out.count("ddrl: error:") == 1, out[-3000:]
     assert re.search(r"ddrl: error: rank 0 waited 20 s \(sync.timeout, at least "
                      r"sync.startup_timeout = 20 s at "

@@ -67,6 +67,16 @@ def start_with_a_checkpoint(run_dir: Path) -> subprocess.Popen:
     return proc
 
 
+def ended_resumable(proc: subprocess.Popen) -> list[str]:
+    """The run's stderr lines, once it has ended with exit 7 on one error line that says the
+    fault may pass, and no traceback."""
+    _, err = proc.communicate(timeout=240)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 7 and "Traceback" not in err, (proc.returncode, err)
+    assert lines[-1].startswith("ddrl: error: ") and "may pass" in lines[-1], err
+    return lines
+
+
 @pytest.mark.parametrize("code", [errno.EIO, errno.ESTALE])
 def test_a_checkpoint_whose_write_fails_once_is_written_again_and_the_run_ends_well(
         faulty, code):
@@ -91,12 +101,8 @@ def test_checkpoints_that_keep_failing_end_the_run_resumable_with_the_last_good_
     run_dir = mount / "run"
     proc = start_with_a_checkpoint(run_dir)
     fail(control, errno.EIO, -1, "ckpt-")
-    out, err = proc.communicate(timeout=240)
-    assert proc.returncode == 7, (proc.returncode, err)
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert lines[-1].startswith("ddrl: error: ") and "may pass" in lines[-1], err
-    assert any("training goes on from the last good checkpoint" in line for line in lines), err
-    assert "Traceback" not in err
+    lines = ended_resumable(proc)
+    assert any("training goes on from the last good checkpoint" in line for line in lines), lines
     good = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))
     assert good.update > 0
     assert len(table(run_dir, "episodes")) > 0
@@ -112,11 +118,7 @@ def test_a_log_write_that_fails_with_an_error_that_may_pass_ends_the_run_resumab
     run_dir = mount / "run"
     proc = start_with_a_checkpoint(run_dir)
     fail(control, errno.ENOTCONN, -1, "log.h5")
-    out, err = proc.communicate(timeout=240)
-    assert proc.returncode == 7, (proc.returncode, err)
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert lines[-1].startswith("ddrl: error: ") and "writing the log failed" in lines[-1], err
-    assert "may pass" in lines[-1] and "Traceback" not in err, err
+    assert "writing the log failed" in ended_resumable(proc)[-1]
     assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).update > 0
 
 
