@@ -1,7 +1,6 @@
 """Several real ranks under mpirun: identical weights, equivalent learning, world checks."""
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -133,18 +132,8 @@ def test_a_rank_frozen_after_its_last_update_ends_the_job_after_rank_0_saved(run
     cmd = [*mpirun(2), *DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir, *NO_EVAL,
            "--set", "sync.timeout=10", "--set", "run.max_frames=20000",
            "--set", "debug.freeze_rank=1", "--set", "debug.freeze_update=-2"]
-    proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    frozen = None
-    try:
-        frozen = rank_pid(run_dir, 1, wait=120)
-        out, _ = proc.communicate(timeout=180)
-    finally:
-        proc.kill()
-        if frozen is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(frozen, signal.SIGKILL)
-    assert proc.returncode != 0
+    code, out = run_with_a_frozen_rank(cmd, run_dir, 1)
+    assert code != 0
     assert out.count("ddrl: error:") == 1, out[-3000:]
     assert "ddrl: error: rank 0 waited 10 s (sync.timeout) for the other ranks at the end of " \
         "the run: one is frozen or lost" in out, out[-3000:]
