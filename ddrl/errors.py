@@ -34,8 +34,13 @@ class InUseError(DdrlError):
 class StorageFaultError(DdrlError):
     """A storage error that may pass (PASSING_ERRNOS): the run ends with its last good
     checkpoint and an exit code of its own, which the Slurm scripts restart from (a full disk
-    or a read-only mount is final: exit 2)."""
+    or a read-only mount is final: exit 2). `reason`: what failed, without the advice."""
     exit_code = 7
+
+    def __init__(self, reason: str):
+        super().__init__(f"{reason}; the fault may pass (exit {self.exit_code}): try again, "
+                         "or --resume a run")
+        self.reason = reason
 
 
 class HardExitError(DdrlError):
@@ -51,10 +56,7 @@ class HardExitError(DdrlError):
 def storage_error(message: str, code: int | None) -> DdrlError:
     """The error for a failed write whose errno is `code`: one that may pass says so and
     is resumable."""
-    if code in PASSING_ERRNOS:
-        return StorageFaultError(f"{message}; the fault may pass (exit "
-                                 f"{StorageFaultError.exit_code}): try again, or --resume a run")
-    return DdrlError(message)
+    return StorageFaultError(message) if code in PASSING_ERRNOS else DdrlError(message)
 
 
 @contextlib.contextmanager

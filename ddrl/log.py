@@ -121,13 +121,6 @@ def _errno(exc: Exception) -> int | None:
     return int(found[1]) if found else None
 
 
-def _hard_exit(message: str, exc: Exception) -> tuple[str, int]:
-    """A log write's failure as HardExitError's message and exit code: one that may pass
-    (an NFS fail-over) is resumable."""
-    error = storage_error(message, _errno(exc))
-    return str(error), error.exit_code
-
-
 def _fsync(f: h5py.File) -> None:
     os.fsync(f.id.get_vfd_handle())
 
@@ -274,8 +267,10 @@ class RunLog:
         except (OSError, RuntimeError) as exc:
             # A full disk or quota, a vanished file system: what was flushed before stays
             # readable (SWMR writes whole chunks), and the run ends on this one line.
-            raise HardExitError(*_hard_exit(f"{self.path}: writing the log failed "
-                                            f"({_failure(exc)})", exc)) from None
+            # One that may pass (an NFS fail-over) is resumable.
+            error = storage_error(f"{self.path}: writing the log failed ({_failure(exc)})",
+                                  _errno(exc))
+            raise HardExitError(str(error), error.exit_code) from None
         self._last_flush = time.monotonic()
 
     def close(self) -> None:

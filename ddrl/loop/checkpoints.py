@@ -62,7 +62,7 @@ class CheckpointWriter:
         try:
             return self._save_once(ckpt, unplayed)
         except StorageFaultError as exc:
-            say(f"ddrl: warning: {str(exc).partition('; the fault')[0]}; trying again in "
+            say(f"ddrl: warning: {exc.reason}; trying again in "
                 f"{self._retry_seconds:g} s", err=True)
         time.sleep(self._retry_seconds)
         return self._save_once(ckpt, unplayed)

@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
-from pathlib import Path
 
 import numpy as np
+import psutil
 
 from ddrl.config import Config
 from ddrl.envs import Step, make_pool
@@ -196,6 +196,7 @@ def evaluate_here(cfg: Config, learner, snap: Snapshot, seed: int,
     return EvalDone(snap.update, snap.frames, snap.wall_time, res, snap.weights,
                     time.monotonic() - wall, time.process_time() - cpu)
 
+
 def pooled(a: EvalResult, b: EvalResult) -> EvalResult:
     """One result over the games of both."""
     n = a.episodes + b.episodes
@@ -219,10 +220,10 @@ class _Pending:
 def _cpu_seconds(pid: int) -> float:
     """A process's CPU time, all its threads' (-1 once it is gone)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
         return -1.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return times.user + times.system
 
 
 class BackgroundEvaluator:
