@@ -32,6 +32,9 @@ JOB = "jobs/cartpole.toml"
 FRAMES = 30_000
 # The two runs differ in this one value, so labels and the sweep figure come from it.
 SWEEP = ("optim.lr", ["0.001", "0.003"])
+TARGET = 100.0
+# What every run of these tests shares.
+RUN_SETS = ["--set", f"run.max_frames={FRAMES}", "--set", f"eval.target={TARGET}"]
 
 
 def ddrl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -41,13 +44,14 @@ def ddrl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def run_dirs(tmp_path_factory) -> list[Path]:
-    """Two short real training runs (sequential: the test machine has few cores)."""
+    """Two short real training runs (sequential: the test machine has few cores), each with
+    the target the figures are drawn at (TARGET): the job's own, 400, was confirmed within
+    FRAMES by one run in two or none, as the threads' timing had it."""
     base = tmp_path_factory.mktemp("runs")
     dirs = []
     for i, value in enumerate(SWEEP[1]):
         out = base / f"run{i}"
-        proc = ddrl("train", JOB, "--out", str(out), "--set", f"run.max_frames={FRAMES}",
-                    "--set", f"{SWEEP[0]}={value}")
+        proc = ddrl("train", JOB, "--out", str(out), *RUN_SETS, "--set", f"{SWEEP[0]}={value}")
         assert proc.returncode == 0, proc.stderr[-3000:]
         dirs.append(out)
     return dirs
@@ -125,9 +129,9 @@ def test_cli_writes_summary_csv_and_valid_pngs(run_dirs, tmp_path):
 def test_curves_have_one_line_per_run_and_config_labels(runs):
     labels = run_labels(runs)
     assert labels == [f"{SWEEP[0]}={float(v)}" for v in SWEEP[1]]
-    fig = plot_learning_curves(runs, labels, target=100.0)
+    fig = plot_learning_curves(runs, labels, target=TARGET)
     axes = np.array(fig.axes).reshape(2, 2)
-    summary = summarize(runs, target=100.0)
+    summary = summarize(runs, target=TARGET)
     confirmed = summary["frames_to_confirmed"].notna().sum()
     online = summary["frames_to_online"].notna().sum()
     assert confirmed >= 1  # so that the stars are checked
@@ -218,7 +222,7 @@ def test_game_grid_legend_names_what_differs_among_a_games_runs(runs):
 def test_settings_repeated_over_seeds_get_a_row_and_a_colour_each(run_dirs, runs, tmp_path):
     # A second seed of the first run's setting: two settings, one of them repeated.
     repeat = tmp_path / "run0-seed1"
-    res = ddrl("train", JOB, "--out", str(repeat), "--set", f"run.max_frames={FRAMES}",
+    res = ddrl("train", JOB, "--out", str(repeat), *RUN_SETS,
                "--set", f"{SWEEP[0]}={SWEEP[1][0]}", "--set", "run.seed=1")
     assert res.returncode == 0, res.stderr[-2000:]
     assert setting_keys(runs) is None  # one run per setting: nothing to group
