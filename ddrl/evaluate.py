@@ -20,9 +20,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--best", action="store_true",
                    help="the run's best-evaluated weights (checkpoints/best.npz), not its last")
-    p.add_argument("--video", type=Path, metavar="FILE.gif",
-                   help="play the games on one simulator and write them as an animated GIF, "
-                        "the score on each frame (--episodes default: 1)")
+    p.add_argument("--video", type=Path, metavar="FILE.mp4|FILE.gif",
+                   help="play the games on one simulator and write them as a video, the score "
+                        "on each frame (--episodes default: 1)")
+    p.add_argument("--video-view", choices=video.VIEWS, default="screen",
+                   help="the game's colour screen (default) or the frames the agent saw")
     p.add_argument("--video-minutes", type=positive_float, default=10.0, metavar="M",
                    help="the video holds the first M minutes of play (default 10: a GIF "
                         "writer holds every frame in memory)")
@@ -58,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     learner.set_weights(ckpt.weights)
     if args.video is not None:
         returns = video.record(cfg, learner, args.video, args.episodes or 1, args.seed,
-                               args.video_minutes)
+                               args.video_minutes, args.video_view)
         print(f"{ckpt_path}: update {ckpt.update}, frames {ckpt.frames:,}: wrote {len(returns)} "
               f"game(s) to {args.video}, returns {' '.join(f'{r:+.0f}' for r in returns)}")
         return 0

@@ -7,6 +7,7 @@ import subprocess
 import time
 
 import h5py
+import imageio_ffmpeg
 import numpy as np
 import pytest
 from conftest import DDRL, JOBS, NO_EVAL, ROOT, assert_solved, ddrl, env_for_tests, root_attrs, table
@@ -164,12 +165,13 @@ def test_kill_and_resume_continues_the_log(run_dir):
 
 def test_eval_writes_whole_games_as_a_video(run_dir, tmp_path):
     """A few Pong updates, then `ddrl eval --video`: one whole game (21 points lost or won)
-    as an animated GIF of the agent's frames."""
+    as an animated GIF of the agent's frames; the same game on the game's colour screen as a
+    GIF and an MP4 cut at 2 s."""
     res = ddrl("train", JOBS / "pong-ppo.toml", "--out", run_dir, "--set", "run.max_frames=8000",
                *NO_EVAL, timeout=300)
     assert res.returncode == 0, res.stderr
     gif = tmp_path / "pong.gif"
-    res = ddrl("eval", run_dir, "--video", gif, timeout=300)
+    res = ddrl("eval", run_dir, "--video", gif, "--video-view", "agent", timeout=300)
     assert res.returncode == 0, res.stderr
     returns = [float(r) for r in re.search(r"wrote 1 game\(s\) to \S+, returns (\S+)$", res.stdout,
                                            re.M).group(1).split()]
@@ -181,14 +183,17 @@ def test_eval_writes_whole_games_as_a_video(run_dir, tmp_path):
         video.seek(video.n_frames // 2)
         assert (np.asarray(video.convert("L")) != first).any(), "the frames do not move"
 
-    # A bounded video: its first 2 s (30 agent steps), the game still played to its end.
-    short = ddrl("eval", run_dir, "--video", tmp_path / "short.gif", "--video-minutes",
-                 str(2 / 60), timeout=300)
-    assert short.returncode == 0, short.stderr
-    assert f"wrote 1 game(s) to {tmp_path / 'short.gif'}, returns {returns[0]:+.0f}" \
-        in short.stdout, short.stdout
-    assert "--video holds the first" in short.stderr
+    # The screen's own emulator plays the same game: the same return, checked step by step
+    # inside. Bounded videos: their first 2 s (30 agent steps), the game still played out.
+    for name in ("short.gif", "short.mp4"):
+        short = ddrl("eval", run_dir, "--video", tmp_path / name, "--video-minutes",
+                     str(2 / 60), timeout=300)
+        assert short.returncode == 0, short.stderr
+        assert f"wrote 1 game(s) to {tmp_path / name}, returns {returns[0]:+.0f}" \
+            in short.stdout, short.stdout
+        assert "--video holds the first" in short.stderr
     with Image.open(tmp_path / "short.gif") as video:
+        assert video.size == (160, 210)
         # Pillow merges a run of identical frames into one of their summed duration.
         durations = []
         for frame in range(video.n_frames):
@@ -196,7 +201,20 @@ def test_eval_writes_whole_games_as_a_video(run_dir, tmp_path):
             durations.append(video.info["duration"])
         # GIF durations are whole hundredths: 30 frames of 67 ms are written as 60 or 70.
         assert video.n_frames <= 30 and 1700 <= sum(durations) <= 2100, durations
+        assert _colourful(video.convert("RGB"))
+    frames = imageio_ffmpeg.read_frames(str(tmp_path / "short.mp4"))
+    meta = next(frames)
+    assert meta["size"] == (320, 420) and meta["fps"] == 15, meta
+    pictures = [np.frombuffer(f, np.uint8).reshape(420, 320, 3) for f in frames]
+    assert len(pictures) == 30 and _colourful(Image.fromarray(pictures[15]))
 
-    wrong = ddrl("eval", run_dir, "--video", tmp_path / "pong.mp4", timeout=60)
+    wrong = ddrl("eval", run_dir, "--video", tmp_path / "pong.avi", timeout=60)
     assert wrong.returncode == 2 and wrong.stderr.strip().splitlines() == [
-        f"ddrl: error: --video {tmp_path / 'pong.mp4'}: the video is written as a GIF; name it FILE.gif"]
+        f"ddrl: error: --video {tmp_path / 'pong.avi'}: the video is written as MP4 or GIF; "
+        "name it FILE.mp4 or FILE.gif"]
+
+
+def _colourful(image: Image.Image) -> bool:
+    """Pong's screen: an orange-brown field, not shades of grey."""
+    rgb = np.asarray(image, np.int16)
+    return bool((np.abs(rgb[..., 0] - rgb[..., 2]) > 60).mean() > 0.5)

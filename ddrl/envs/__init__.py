@@ -23,13 +23,14 @@ def check_env_id(env_id: str) -> None:
 
 
 def make_pool(cfg: Config, num_envs: int, seed: int, train: bool, batch_size: int = 0,
-              rng: np.random.Generator | None = None) -> SimPool:
-    """`batch_size < num_envs` gives asynchronous recv of whichever simulators are ready first."""
+              rng: np.random.Generator | None = None, screen: bool = False) -> SimPool:
+    """`batch_size < num_envs` gives asynchronous recv of whichever simulators are ready first;
+    `screen` keeps an Atari game's colour screen in `pool.backend.screen` (one simulator)."""
     batch_size = batch_size or num_envs
     if cfg.is_atari:
         from ddrl.envs.atari import AtariBackend
 
-        backend = AtariBackend(cfg.env, num_envs, batch_size, train)
+        backend = AtariBackend(cfg.env, num_envs, batch_size, train, screen)
     else:
         from ddrl.envs.classic import ClassicBackend
 
