@@ -17,7 +17,7 @@ import pandas as pd
 
 from ddrl.config import Config, current_keys
 from ddrl.errors import DdrlError
-from ddrl.log import TABLES, open_log, read_table
+from ddrl.rundir.log import TABLES, open_log, read_table
 
 LOG_NAME = "log.h5"
 
@@ -152,7 +152,7 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
             raise DdrlError(f"{log}: not a ddrl run log (no JSON 'config' attribute)")
         # A log of an older format version may lack a table: it reads as empty.
         tables = {t: pd.DataFrame(read_table(f, t)) if t in f
-                  else pd.DataFrame(columns=[c for c, _ in TABLES[t]]) for t in TABLES}
+                  else pd.DataFrame(columns=[c for c, *_ in TABLES[t]]) for t in TABLES}
     # Evaluations of skipped weights are played after the one that hit the target (the
     # trainer's backfill): in the order of the weights, the first row reaching it is the first.
     evals = tables["eval"].sort_values("update", kind="stable", ignore_index=True)

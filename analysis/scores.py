@@ -85,7 +85,9 @@ def to_target(run: Run, target: float | None) -> tuple[float, float]:
     return float(row["wall_time"]), float(row["frames"])
 
 
-def _confirmed(run: Run, target: float | None) -> pd.Series | None:
+def first_confirmed(run: Run, target: float | None) -> pd.Series | None:
+    """The first /eval row at the target over `eval.confirm_episodes` games or more (any row
+    where the run did not confirm)."""
     goal = resolve_target(run, target)
     if goal is None:
         return None
@@ -98,14 +100,14 @@ def to_confirmed_target(run: Run, target: float | None) -> tuple[float, float]:
     """As `to_target`, counting only evaluations over eval.confirm_episodes games or more (a
     crossing's confirmation holds all of its games); a run from before confirmations counts
     every evaluation."""
-    row = _confirmed(run, target)
+    row = first_confirmed(run, target)
     return (math.nan, math.nan) if row is None else (float(row["wall_time"]), float(row["frames"]))
 
 
 def detection_lag(run: Run, target: float | None) -> float:
     """Seconds from taking the weights that confirmed the target to knowing it (the run's
     stop); NaN without a confirmed target or in a log from before `known_at`."""
-    row = _confirmed(run, target)
+    row = first_confirmed(run, target)
     if row is None or not row.get("known_at", 0.0):
         return math.nan
     return float(row["known_at"] - row["wall_time"])

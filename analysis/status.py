@@ -11,10 +11,9 @@ from pathlib import Path
 
 from analysis.load import LOG_NAME, Run, load_run
 from analysis.scores import to_target
-from ddrl import checkpoint
 from ddrl.errors import DdrlError
-from ddrl.log import left_open
-from ddrl.rundir import held_by_a_run
+from ddrl.rundir import checkpoint, held_by_a_run
+from ddrl.rundir.log import left_open
 
 CANNOT_TELL = "cannot tell"
 # frames/s over the last this many seconds of the run's /train rows.

@@ -1,5 +1,5 @@
 """`ddrl export --tensorboard DIR RUN...`: a run's HDF5 log as TensorBoard event files, the
-same scalars a run writes live (`ddrl/tensorboard.py`). Each run gets `DIR/<run name>/`."""
+same scalars a run writes live (`ddrl/rundir/tensorboard.py`). Each run gets `DIR/<run name>/`."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from analysis.load import Run, load_runs
 from ddrl.errors import DdrlError
-from ddrl.tensorboard import TABLES, EventWriter, start_timestamp
+from ddrl.rundir.tensorboard import TABLES, EventWriter, start_timestamp
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -17,15 +17,15 @@ from ddrl.output import say
 # command -> (module, help). Each module has `add_arguments(parser)` and `run(args) -> int`;
 # modules are imported only for the chosen command, so `ddrl info` does not load TF twice.
 COMMANDS = {
-    "train": ("ddrl.train", "train an agent from a TOML job file"),
-    "eval": ("ddrl.evaluate", "evaluate the latest checkpoint of a run directory"),
+    "train": ("ddrl.commands.train", "train an agent from a TOML job file"),
+    "eval": ("ddrl.commands.evaluate", "evaluate the latest checkpoint of a run directory"),
     "bench": ("ddrl.bench", "benchmarks: node throughput, all-reduce, SB3 comparison"),
     "analyze": ("analysis.cli", "summaries and figures from run logs"),
     "export": ("analysis.tensorboard", "write run logs as TensorBoard event files"),
     "status": ("analysis.status", "one line per run: state, progress, speed, scores, time left"),
-    "info": ("ddrl.info", "versions, CPU features, model sizes"),
-    "slurm": ("ddrl.slurm_script", "print a ready sbatch script for a job file"),
-    "sweep": ("ddrl.sweep", "a sweep file's runs one after another on this machine, "
+    "info": ("ddrl.commands.info", "versions, CPU features, model sizes"),
+    "slurm": ("ddrl.commands.slurm", "print a ready sbatch script for a job file"),
+    "sweep": ("ddrl.commands.sweep", "a sweep file's runs one after another on this machine, "
                             "resumable (the workstation's job array)"),
     "recipes": ("ddrl.recipe", "the job files that come with ddrl, a line each (`ddrl train "
                                "NAME` runs one)"),

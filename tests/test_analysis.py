@@ -24,8 +24,8 @@ from analysis.reference import load_reference
 from analysis.scaling import scaling_table
 from analysis.scores import human_normalized
 from analysis.summary import run_labels, summarize
-from ddrl import checkpoint
 from ddrl.errors import DdrlError
+from ddrl.rundir import checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 JOB = "jobs/cartpole.toml"

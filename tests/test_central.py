@@ -26,9 +26,9 @@ from conftest import (
     wait_for_updates,
 )
 
-from ddrl import checkpoint
 from ddrl.bench import simhosts
 from ddrl.loop.trainer import EXIT_SIGNALLED
+from ddrl.rundir import checkpoint
 
 CENTRAL = ("--set", "sync.mode=central", "--set", "algo.name=vtrace")
 

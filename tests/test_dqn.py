@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from conftest import DDRL, JOBS, NO_EVAL, RAINBOW, ROOT, assert_solved, ddrl, env_for_tests, table
 
-from ddrl import checkpoint
 from ddrl.loop.trainer import EXIT_SIGNALLED
+from ddrl.rundir import checkpoint
 
 DQN_JOB = JOBS / "cartpole-dqn.toml"
 WEIGHTS = re.compile(r"\[ddrl\] rank (\d+) final weights sha256 ([0-9a-f]+)")

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from conftest import DDRL, JOBS, NO_EVAL, ROOT, ddrl, env_for_tests, table
 
-from ddrl import checkpoint
 from ddrl.errors import DdrlError
+from ddrl.rundir import checkpoint
 
 
 @contextlib.contextmanager

@@ -11,8 +11,8 @@ from conftest import DDRL, JOBS, NO_EVAL, ROOT, ddrl, env_for_tests, root_attrs
 from test_multirank import final_weights
 from test_ps import check_final_weights, ps_args
 
-from ddrl import checkpoint
 from ddrl.bench import simhosts
+from ddrl.rundir import checkpoint
 
 pytestmark = pytest.mark.skipif(simhosts.available() is not None,
                                 reason=str(simhosts.available()))

@@ -25,7 +25,7 @@ from conftest import (
     wait_stopped,
 )
 
-from ddrl import checkpoint
+from ddrl.rundir import checkpoint
 
 WEIGHTS = re.compile(r"\[ddrl\] rank (\d+) final weights sha256 ([0-9a-f]+)")
 

@@ -27,9 +27,9 @@ from conftest import (
     wait_for_updates,
 )
 
-from ddrl import checkpoint
 from ddrl.distributed.ps import Layout, quorum
 from ddrl.errors import DdrlError
+from ddrl.rundir import checkpoint
 
 WORKER = re.compile(r"\[ddrl\] rank (\d+) final weights sha256 ([0-9a-f]+)")
 SERVER = re.compile(r"\[ddrl\] parameter server (\d+) \(rank \d+\) weights \[(\d+), (\d+)\).*"

@@ -9,7 +9,7 @@ import numpy as np
 from conftest import JOBS, NO_EVAL, ddrl, table
 from test_central import check_actors
 
-from ddrl import checkpoint
+from ddrl.rundir import checkpoint
 
 R2D2_JOB = JOBS / "cartpole-r2d2.toml"
 WEIGHTS = re.compile(r"\[ddrl\] rank (\d+) final weights sha256 ([0-9a-f]+)")

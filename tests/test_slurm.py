@@ -20,8 +20,8 @@ import pytest
 from conftest import NO_EVAL, rank_pid
 from slurm_cluster import FINAL_STATES, SlurmCluster, slurm_cluster  # noqa: F401  (the fixture)
 
-from ddrl import checkpoint
 from ddrl.cli import main as ddrl_main
+from ddrl.rundir import checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 SLURM = REPO / "slurm"

@@ -16,7 +16,7 @@ from conftest import NO_EVAL
 from slurm_cluster import slurm_hosts_cluster  # noqa: F401  (the fixture)
 from test_slurm import CARTPOLE, SLURM, warn_and_resume
 
-from ddrl import checkpoint
+from ddrl.rundir import checkpoint
 
 TWO_NODES = ("--nodes=2", "--ntasks-per-node=1")
 

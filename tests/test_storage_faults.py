@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import DDRL, JOBS, NO_EVAL, ROOT, ddrl, env_for_tests, table
 
-from ddrl import checkpoint
+from ddrl.rundir import checkpoint
 
 FAST = ["--set", "run.checkpoint_minutes=0.002", "--set", "run.storage_retry_seconds=1",
         *NO_EVAL]

@@ -8,10 +8,9 @@ import time
 
 from conftest import DDRL, JOBS, NO_EVAL, ROOT, ddrl, env_for_tests, table, wait_for_updates
 
-from ddrl import checkpoint
+from ddrl.commands.sweep import FINISHED
 from ddrl.config import load_config
-from ddrl.rundir import held_by_a_run
-from ddrl.sweep import FINISHED
+from ddrl.rundir import checkpoint, held_by_a_run
 
 
 def test_a_sweep_runs_each_line_resumes_after_a_signal_and_skips_finished_runs(tmp_path):

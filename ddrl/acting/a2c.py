@@ -18,11 +18,12 @@ from functools import partial
 import numpy as np
 
 from ddrl.acting.base import Actors
+from ddrl.acting.policy import RecurrentState, sample_actions
 from ddrl.algos.base import log_prob
 from ddrl.algos.batch import Batch, Rollout
 from ddrl.config import Config
 from ddrl.envs import SimPool, Step
-from ddrl.learner import Learner, RecurrentState, sample_actions
+from ddrl.learner import Learner
 
 
 class A2CActors(Actors):

@@ -19,11 +19,12 @@ import numpy as np
 
 from ddrl.acting.base import Actors
 from ddrl.acting.experience import ExperienceFifo, SegmentBuilder, segments_batch, sequences_batch
+from ddrl.acting.policy import RecurrentState, sample_actions
 from ddrl.algos.base import log_prob
 from ddrl.algos.batch import Batch
 from ddrl.config import Config
 from ddrl.envs import SimPool
-from ddrl.learner import Learner, RecurrentState, sample_actions
+from ddrl.learner import Learner
 
 
 class BA3CActors(Actors):

@@ -28,8 +28,8 @@ from typing import Callable
 
 import numpy as np
 
-from ddrl import checkpoint
 from ddrl.acting.base import Actors
+from ddrl.acting.policy import RecurrentState
 from ddrl.acting.prioritized import PrioritizedReplay
 from ddrl.acting.replay import ReplayMemory
 from ddrl.acting.sequences import PrioritizedSequences, SequenceReplay
@@ -39,8 +39,9 @@ from ddrl.config import Config
 from ddrl.cpus import available_memory
 from ddrl.envs import SimPool
 from ddrl.errors import DdrlError
-from ddrl.learner import Learner, RecurrentState
+from ddrl.learner import Learner
 from ddrl.output import PhaseProgress, say
+from ddrl.rundir import checkpoint
 
 Predict = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 PREPOPULATE_CHUNK = 256

@@ -45,8 +45,8 @@ CALL_REPEATS = 200
 
 def run(args: argparse.Namespace) -> int:
     from ddrl.bench.node import measure_training
+    from ddrl.commands.info import cpu_summary
     from ddrl.config import load_config
-    from ddrl.info import cpu_summary
 
     base = load_config(args.job, args.set)
     if base.algo.name != "dqn":
@@ -107,9 +107,9 @@ def time_calls(cfg: Config, batch_sizes: list[int], job: str) -> int:
     import numpy as np
 
     from ddrl.bench.node import synthetic_batch
+    from ddrl.commands.info import cpu_summary
     from ddrl.cpus import configure_tensorflow
     from ddrl.envs import env_spec
-    from ddrl.info import cpu_summary
 
     if cfg.dqn.recurrent:
         raise DdrlError(f"{job}: --calls times feed-forward DQN updates; this job is recurrent")

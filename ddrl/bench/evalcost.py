@@ -28,10 +28,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ddrl.bench.node import measure_training
+    from ddrl.commands.info import cpu_summary
     from ddrl.config import load_config
     from ddrl.cpus import cores_per_rank
     from ddrl.envs import check_env_id, frames_per_step
-    from ddrl.info import cpu_summary
 
     if args.seconds <= 0 or args.pairs < 1 or args.ranks < 1:
         raise DdrlError("--seconds must be > 0, --pairs and --ranks >= 1")

@@ -65,8 +65,8 @@ def measure_training(job: str, overrides: list[str], seconds: float, frames_per_
     directory, resumed from its latest checkpoint (the trained agent's longer games)."""
     import shutil
 
-    from ddrl import checkpoint
     from ddrl.distributed.launch import mpirun_command
+    from ddrl.rundir import checkpoint
 
     warmup = warmup_seconds(seconds)
     with tempfile.TemporaryDirectory(prefix="ddrl-bench-") as tmp:
@@ -161,7 +161,7 @@ def network_rate(learner, obs_shape: tuple[int, ...], obs_dtype: np.dtype, infer
     With `actor_threads`, inference runs on that many threads feeding the training loop
     through a bounded queue, as ba3c's predictors feed its FIFO; without, inference and
     training take turns on one thread, as in a2c."""
-    from ddrl.learner import sample_actions
+    from ddrl.acting.policy import sample_actions
 
     rng = np.random.default_rng(0)
     infer_obs = synthetic_obs(rng, obs_shape, obs_dtype, infer_batch)

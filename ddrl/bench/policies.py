@@ -22,9 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ddrl.commands.info import cpu_summary
     from ddrl.config import load_config
     from ddrl.envs import action_names, check_env_id, frames_per_step
-    from ddrl.info import cpu_summary
     from ddrl.loop.evaluator import play_games
     from ddrl.seeding import SEED_LIMIT
 

@@ -77,7 +77,7 @@ def _draw(memory: ReplayMemory, batch: int, n: int, rng: np.random.Generator,
 
 
 def run(args: argparse.Namespace) -> int:
-    from ddrl.info import cpu_summary
+    from ddrl.commands.info import cpu_summary
 
     print(f"ddrl bench replay: {args.frames:,} frames of {args.size}x{args.size} in "
           f"{args.streams} streams, {args.n_step}-step transitions; {cpu_summary()}", flush=True)

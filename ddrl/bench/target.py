@@ -26,10 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ddrl import sweep
+    from ddrl.commands import sweep
+    from ddrl.commands.info import cpu_summary
     from ddrl.config import load_config
     from ddrl.envs import check_env_id
-    from ddrl.info import cpu_summary
 
     if args.seeds < 1:
         raise DdrlError(f"--seeds {args.seeds}: at least 1")

@@ -10,11 +10,11 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from ddrl import checkpoint
 from ddrl.config import RunConfig
 from ddrl.errors import StorageFaultError
 from ddrl.loop.evaluator import Snapshot
 from ddrl.output import say
+from ddrl.rundir import checkpoint
 
 
 class CheckpointWriter:

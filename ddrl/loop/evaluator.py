@@ -14,10 +14,10 @@ from multiprocessing.connection import Connection
 import numpy as np
 import psutil
 
+from ddrl.acting.policy import RecurrentState
 from ddrl.config import Config
 from ddrl.envs import Step, make_pool
 from ddrl.errors import DdrlError
-from ddrl.learner import RecurrentState
 from ddrl.output import say
 from ddrl.seeding import derive_seed
 

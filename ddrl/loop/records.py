@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ddrl import checkpoint
 from ddrl.algos.batch import Batch
 from ddrl.distributed.sync import SyncResult
-from ddrl.log import RunLog
 from ddrl.loop.bookkeeping import RANK_FIELDS, Counters, Step
 from ddrl.loop.evaluator import EvalDone
 from ddrl.loop.progress import Progress
+from ddrl.rundir import checkpoint
+from ddrl.rundir.log import RunLog
 
 
 class RootRecords:

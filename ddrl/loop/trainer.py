@@ -15,14 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ddrl import checkpoint
 from ddrl.acting.base import Actors
 from ddrl.algos.batch import Batch
 from ddrl.config import Config
 from ddrl.distributed.sync import Sync, SyncResult, TreeSum, Update
 from ddrl.distributed.world import World
 from ddrl.learner import Learner
-from ddrl.log import RunLog
 from ddrl.loop.bookkeeping import (
     NONFINITE_LIMIT,
     RANK_FIELDS,
@@ -41,6 +39,8 @@ from ddrl.loop.progress import Progress
 from ddrl.loop.records import RootRecords
 from ddrl.loop.schedule import EvalSchedule
 from ddrl.output import say
+from ddrl.rundir import checkpoint
+from ddrl.rundir.log import RunLog
 from ddrl.seeding import derive_seed
 from ddrl.signals import StopSignals
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ddrl.acting.policy import RecurrentState
 from ddrl.config import Config
 from ddrl.envs import make_pool
 from ddrl.errors import DdrlError
-from ddrl.learner import RecurrentState
 from ddrl.loop.evaluator import eval_actions
 from ddrl.output import say
 

@@ -2,7 +2,7 @@
 
 A placement says which ranks train, which serve (parameter servers) and which only simulate
 (central mode's actors); the sync a trainer gets and the actors it drives; its own check of
-the config against the world; and the Slurm template it needs. `ddrl.train` asks it, in this
+the config against the world; and the Slurm template it needs. `ddrl.commands.train` asks it, in this
 order: `check` (before anything heavy), `start` (the layout's collectives), `trains` and
 `serve` for the ranks that do not train, then `sync` and `actors` for those that do.
 

@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 from fake_evaluator import FakeEvaluator
 
-from ddrl import checkpoint
 from ddrl.algos.batch import Batch
 from ddrl.config import load_config
 from ddrl.distributed.sync import LocalSync
 from ddrl.distributed.world import World
-from ddrl.log import RunLog
 from ddrl.loop.bookkeeping import NONFINITE_LIMIT, Counters
 from ddrl.loop.evaluator import Snapshot
 from ddrl.loop.trainer import EXIT_NONFINITE, EXIT_SIGNALLED, Trainer
+from ddrl.rundir import checkpoint
+from ddrl.rundir.log import RunLog
 from ddrl.signals import StopSignals
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"

@@ -175,8 +175,8 @@ def test_a_resume_that_changes_what_the_checkpoints_are_of_is_named():
 
 
 def test_every_line_of_the_shipped_sweep_files_is_a_valid_run():
+    from ddrl.commands.slurm import sweep_lines, task_config
     from ddrl.envs import check_env_id
-    from ddrl.slurm_script import sweep_lines, task_config
 
     sweeps = sorted(JOBS.glob("*.sweep"))
     assert sweeps

@@ -8,11 +8,11 @@ import pytest
 import tensorflow as tf
 from replay_streams import SIDE, STACK, FakeStream
 
-from ddrl import checkpoint
 from ddrl.acting.replay import ReplayMemory
 from ddrl.algos.dqn import DQN, bootstrap_values, epsilon, huber
 from ddrl.config import Config, load_config
 from ddrl.learner import Learner
+from ddrl.rundir import checkpoint
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ddrl.info import cpu_summary
+from ddrl.commands.info import cpu_summary
 
 ONEDNN_STATE = ("import ddrl, tensorflow; from tensorflow.python.util import _pywrap_util_port; "
                 "print(_pywrap_util_port.IsMklEnabled())")

@@ -10,15 +10,14 @@ ROOT = Path(__file__).resolve().parents[2]
 # Top to bottom. A module may import from its own package and from lower floors; packages
 # that share a floor stay out of each other.
 FLOORS = [
-    ["ddrl.cli", "ddrl.__main__", "ddrl.train", "ddrl.evaluate", "ddrl.info", "ddrl.slurm_script",
-     "ddrl.sweep", "ddrl.bench", "ddrl.args", "analysis"],
+    ["ddrl.cli", "ddrl.__main__", "ddrl.commands", "ddrl.bench", "analysis"],
     ["ddrl.loop", "ddrl.placement"],
     ["ddrl.acting", "ddrl.distributed"],
     ["ddrl.learner"],
     ["ddrl.algos", "ddrl.models", "ddrl.envs", "ddrl.optim"],
-    ["ddrl.config", "ddrl.config_docs", "ddrl.log", "ddrl.checkpoint", "ddrl.signals", "ddrl.rundir",
+    ["ddrl.config", "ddrl.config_docs", "ddrl.rundir", "ddrl.signals",
      "ddrl.errors", "ddrl.recipe",
-     "ddrl.output", "ddrl.seeding", "ddrl.cpus", "ddrl.tensorboard", "ddrl.wandb_writer", "ddrl"],
+     "ddrl.output", "ddrl.seeding", "ddrl.cpus", "ddrl"],
 ]
 
 

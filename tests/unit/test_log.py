@@ -9,9 +9,9 @@ import h5py
 import numpy as np
 import pytest
 
-from ddrl import log as log_module
 from ddrl.errors import DdrlError
-from ddrl.log import RunLog, open_log, read_table, table_dtype
+from ddrl.rundir import log as log_module
+from ddrl.rundir.log import RunLog, open_log, read_table, table_dtype
 
 
 def write_log(path: Path, episodes: int = 3000) -> RunLog:

@@ -7,14 +7,14 @@ import pytest
 import tensorflow as tf
 from replay_streams import SIDE, STACK, FakeStream
 
-from ddrl import checkpoint
+from ddrl.acting.policy import RecurrentState
 from ddrl.acting.prioritized import PRIORITY_EPS
 from ddrl.acting.sequences import PrioritizedSequences, SequenceReplay
 from ddrl.algos.dqn import rescale, unrescale
 from ddrl.algos.r2d2 import R2D2, sequence_priority
 from ddrl.config import Config, ModelConfig
-from ddrl.learner import RecurrentState
 from ddrl.models import build_model
+from ddrl.rundir import checkpoint
 
 UNITS = 8
 

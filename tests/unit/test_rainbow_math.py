@@ -6,11 +6,11 @@ import pytest
 import tensorflow as tf
 from replay_streams import SIDE, STACK, FakeStream
 
-from ddrl import checkpoint
 from ddrl.acting.prioritized import PRIORITY_EPS, PrioritizedReplay, SumTree
 from ddrl.algos.dqn import DQN, project, rescale, unrescale
 from ddrl.config import Config, ModelConfig
 from ddrl.models import build_model
+from ddrl.rundir import checkpoint
 
 
 def test_sum_tree_draws_each_leaf_in_proportion_to_its_value():

@@ -6,11 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ddrl import checkpoint
 from ddrl.config import load_config
 from ddrl.errors import DdrlError
-from ddrl.log import RunLog
-from ddrl.rundir import prepare
+from ddrl.rundir import checkpoint, prepare
+from ddrl.rundir.log import RunLog
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
 

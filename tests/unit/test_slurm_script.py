@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from ddrl.commands.slurm import array_tasks
 from ddrl.errors import DdrlError
-from ddrl.slurm_script import array_tasks
 
 
 @pytest.mark.parametrize("spec, tasks", [

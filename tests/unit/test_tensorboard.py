@@ -6,8 +6,8 @@ import math
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from ddrl.log import RunLog
-from ddrl.tensorboard import EventWriter, start_timestamp
+from ddrl.rundir.log import RunLog
+from ddrl.rundir.tensorboard import EventWriter, start_timestamp
 
 START = "2026-11-25T10:00:00+00:00"
 

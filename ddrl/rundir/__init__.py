@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import IO
 
-from ddrl import checkpoint
 from ddrl.config import Config, identity_changes
 from ddrl.errors import DdrlError, InUseError
-from ddrl.log import open_log
 from ddrl.output import say
+from ddrl.rundir import checkpoint
+from ddrl.rundir.log import open_log
 
 LOCK_TRIES = 10
 

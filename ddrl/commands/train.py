@@ -9,15 +9,14 @@ import json
 import traceback
 from pathlib import Path
 
-from ddrl import checkpoint, wandb_writer
-from ddrl.args import job_file
+from ddrl.commands.args import job_file
 from ddrl.config import Config, load_config
 from ddrl.envs import check_env_id
 from ddrl.errors import DdrlError, EveryRankError, storage_errors
 from ddrl.output import say
-from ddrl.rundir import default_run_dir, hold, prepare, remove_leftovers
+from ddrl.rundir import checkpoint, default_run_dir, hold, prepare, remove_leftovers, wandb_writer
+from ddrl.rundir.tensorboard import EventWriter, start_timestamp
 from ddrl.signals import StopSignals
-from ddrl.tensorboard import EventWriter, start_timestamp
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -174,11 +173,11 @@ def _root_outputs(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint
                   counters, learner, sync, spec, cores: int):
     """Rank 0's log (created, or resumed at the checkpoint), its mirrors and the background
     evaluator."""
+    from ddrl.commands.info import cpu_summary, versions
     from ddrl.cpus import deterministic_node
-    from ddrl.info import cpu_summary, versions
-    from ddrl.log import RunLog
     from ddrl.loop.evaluator import BackgroundEvaluator
     from ddrl.models import compute_precision
+    from ddrl.rundir.log import RunLog
 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(cfg.to_toml())

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ddrl import checkpoint
-from ddrl.args import positive_float, positive_int
+from ddrl.commands.args import positive_float, positive_int
 from ddrl.errors import DdrlError
 from ddrl.loop import video
 from ddrl.loop.evaluator import evaluate
+from ddrl.rundir import checkpoint
 from ddrl.seeding import SEED_LIMIT
 
 

@@ -22,63 +22,141 @@ from ddrl.errors import DdrlError, HardExitError, storage_error
 from ddrl.output import say
 
 FORMAT_VERSION = 8
-
-TABLES: dict[str, list[tuple[str, str]]] = {
+# What each format version added; a resumed older log gets the new columns as zeros.
+FORMAT_HISTORY = {
+    8: "`cut` and `known_at` in `/eval`, `owed_dropped` in `/train`",
+    7: "`seconds` and `cpu_seconds` in `/eval`",
+    6: "Fletcher-32 checksums on every chunk, `damaged_log` in `/starts`, `peak_rss_mb` in `/ranks`",
+    5: "`/inference` and the central-mode columns of `/ranks`",
+    4: "`/starts`",
+    3: "`nonfinite` in `/train`",
+    2: "`approx_kl` and `clip_frac` in `/train`",
+}
+ROOT_ATTRIBUTES = {
+    "config": "JSON of the resolved config",
+    "world_size": "ranks", "nodes": "hosts",
+    "versions": "JSON: python, tensorflow, horovod, mpi4py, the MPI library, ale-py, ...",
+    "cpu": "the CPU as `ddrl info` names it", "cores": "the cores of all ranks together",
+    "start_time": "the first start, ISO 8601 with its time zone", "restarts": "starts after the first",
+    "sync_backend": "the gradient sync that ran", "format_version": "this table's version",
+}
+# Each table: what a row is, and its columns as (name, numpy type, what it holds); the
+# reference page (docs/reference/log-format.md) is generated from these.
+TABLE_ROWS = {
+    "train": "one row every `run.log_every` updates",
+    "episodes": "one row per whole training game",
+    "eval": "one row per evaluation",
+    "ranks": "one row per rank every `run.log_every` updates",
+    "servers": "`sync.mode = \"ps\"` only: each parameter server's cumulative figures as rank 0 "
+               "last heard them",
+    "inference": "`sync.mode = \"central\"` only, one row per `/train` row: the learner's "
+                 "inference batches since the previous row",
+    "starts": "one row per start of the run: the first (restart 0) and each resume, with the "
+              "world it ran on (a restart after a lost host may have fewer ranks)",
+}
+TABLES: dict[str, list[tuple[str, str, str]]] = {
     "train": [
-        ("update", "i8"), ("frames", "i8"), ("wall_time", "f8"), ("loss", "f4"),
-        ("policy_loss", "f4"), ("value_loss", "f4"), ("entropy", "f4"), ("grad_norm", "f4"),
-        ("approx_kl", "f4"), ("clip_frac", "f4"),
-        ("lr", "f4"), ("dp_per_s", "f4"), ("contributors", "i4"), ("effective_batch", "i4"),
-        ("policy_lag", "f4"), ("dropped", "i4"), ("staleness", "f4"), ("nonfinite", "i4"),
-        ("t_sim", "f4"), ("t_predict", "f4"), ("t_train", "f4"), ("t_sync", "f4"),
-        ("restart", "i4"),
-        # Weights due for evaluation dropped so far for the cap on those kept (loop/schedule.py).
-        ("owed_dropped", "i4"),
+        ("update", "i8", "the update's number"),
+        ("frames", "i8", "emulator frames, all ranks"),
+        ("wall_time", "f8", "seconds since the run started, continuing across restarts"),
+        ("loss", "f4", "for DQN the Huber TD loss"),
+        ("policy_loss", "f4", "NaN for DQN"),
+        ("value_loss", "f4", "for DQN the Huber TD loss"),
+        ("entropy", "f4", "the policy's mean entropy, nats"),
+        ("grad_norm", "f4", "the summed gradient's global norm"),
+        ("approx_kl", "f4", "PPO's KL estimate (r - 1) - log r; for `vtrace` the acting policy against the "
+                            "learner's on the batch; NaN for A2C and DQN"),
+        ("clip_frac", "f4", "PPO's fraction of clipped ratios; NaN otherwise"),
+        ("lr", "f4", "the learning rate applied"),
+        ("dp_per_s", "f4", "data points/s, all ranks"),
+        ("contributors", "i4", "gradients aggregated, virtual ranks' included"),
+        ("effective_batch", "i4", "data points in the update, all ranks"),
+        ("policy_lag", "f4", "updates between acting and training; for DQN the age of the replayed steps"),
+        ("dropped", "i4", "gradients left out of the update (k-of-n, too stale)"),
+        ("staleness", "f4", "mean updates between the weights a gradient was computed on and those it was "
+                            "applied to"),
+        ("nonfinite", "i4", "updates since the previous row whose summed gradient held NaN or Inf: dropped "
+                            "on every rank, never applied"),
+        ("t_sim", "f4", "seconds per update"),
+        ("t_predict", "f4", "seconds per update"),
+        ("t_train", "f4", "seconds per update"),
+        ("t_sync", "f4", "seconds per update"),
+        ("restart", "i4", "the start that wrote the row (0: the first)"),
+        ("owed_dropped", "i4", "weights due for evaluation dropped so far for the cap on those kept "
+                               "(loop/schedule.py)"),
     ],
     "episodes": [
-        ("rank", "i4"), ("frames", "i8"), ("wall_time", "f8"), ("return", "f4"), ("length", "i4"),
+        ("rank", "i4", "the rank whose simulator played it"),
+        ("frames", "i8", "the run's frames when it ended"),
+        ("wall_time", "f8", "when it ended"),
+        ("return", "f4", "the whole game's, unclipped"),
+        ("length", "i4", "agent steps"),
     ],
     "eval": [
-        ("update", "i8"), ("frames", "i8"), ("wall_time", "f8"), ("mean_return", "f4"),
-        ("std_return", "f4"), ("max_return", "f4"), ("episodes", "i4"),
-        # What the evaluation took: wall seconds, and the evaluator's CPU seconds (0 for the
-        # final evaluation, played by rank 0 itself).
-        ("seconds", "f4"), ("cpu_seconds", "f4"),
-        # 1: stopped once eval.target was out of reach (eval.max_return); its mean is over the
-        # games that ended first and is no score.
-        ("cut", "i1"),
-        # The run's wall time when the result was known (its weights were taken at wall_time).
-        ("known_at", "f8"),
+        ("update", "i8", "the update whose weights played"),
+        ("frames", "i8", "the run's frames at those weights"),
+        ("wall_time", "f8", "when the evaluated weights were taken"),
+        ("mean_return", "f4", "over the games, unclipped"),
+        ("std_return", "f4", "over the games"),
+        ("max_return", "f4", "the best game"),
+        ("episodes", "i4", "games played"),
+        ("seconds", "f4", "wall time the evaluation took"),
+        ("cpu_seconds", "f4", "the evaluator process's CPU time for it; 0 for the final evaluation, which "
+                              "rank 0 plays itself"),
+        ("cut", "i1", "1: stopped once `eval.target` was out of reach (`eval.max_return`); its mean is over "
+                      "the games that ended first and is no score"),
+        ("known_at", "f8", "the run's wall time when the result was known"),
     ],
     "ranks": [
-        ("update", "i8"), ("wall_time", "f8"), ("rank", "i4"), ("frames", "i8"),
-        ("dp_per_s", "f4"), ("t_compute", "f4"), ("t_sync", "f4"), ("t_sim", "f4"),
-        ("t_predict", "f4"), ("contributed", "i4"),
-        # Central mode's actor ranks: seconds idle waiting for actions, seconds from sending a
-        # step to its actions (mean), bytes to and from the learner.
-        ("t_wait", "f4"), ("t_round", "f4"), ("bytes_in", "i8"), ("bytes_out", "i8"),
-        # The rank's peak resident memory so far, MiB (the loop's ranks; 0 for actor ranks).
-        ("peak_rss_mb", "f4"),
+        ("update", "i8", "the update of the row"),
+        ("wall_time", "f8", "seconds since the run started"),
+        ("rank", "i4", "the rank's number"),
+        ("frames", "i8", "the rank's frames so far"),
+        ("dp_per_s", "f4", "the rank's data points/s"),
+        ("t_compute", "f4", "seconds computing per update"),
+        ("t_sync", "f4", "seconds in the sync per update"),
+        ("t_sim", "f4", "seconds in the simulators per update"),
+        ("t_predict", "f4", "seconds inferring per update"),
+        ("contributed", "i4", "1: the rank's gradient was in the update"),
+        ("t_wait", "f4", "central mode's actor ranks: seconds idle, waiting for actions"),
+        ("t_round", "f4", "actor ranks: mean seconds from a step sent to its actions"),
+        ("bytes_in", "i8", "actor ranks: bytes from the learner since the previous row"),
+        ("bytes_out", "i8", "actor ranks: bytes to the learner since the previous row"),
+        ("peak_rss_mb", "f4", "the rank's peak resident memory so far, MiB; 0 for actor ranks"),
     ],
-    # sync.mode = "ps": each parameter server's cumulative figures as rank 0 last heard them.
     "servers": [
-        ("update", "i8"), ("wall_time", "f8"), ("server", "i4"), ("version", "i8"),
-        ("received", "i8"), ("applied", "i8"), ("dropped", "i8"), ("sent", "i8"),
-        ("staleness_sum", "i8"), ("lost", "i4"), ("bytes_in", "i8"), ("bytes_out", "i8"),
-        ("t_busy", "f8"), ("t_apply", "f8"),
+        ("update", "i8", "the update of the row"),
+        ("wall_time", "f8", "seconds since the run started"),
+        ("server", "i4", "the server's number"),
+        ("version", "i8", "its weights' version"),
+        ("received", "i8", "gradients received"),
+        ("applied", "i8", "gradients applied"),
+        ("dropped", "i8", "gradients dropped as too stale"),
+        ("sent", "i8", "weights sent"),
+        ("staleness_sum", "i8", "the applied gradients' staleness, summed"),
+        ("lost", "i4", "workers it counts as lost"),
+        ("bytes_in", "i8", "bytes received"),
+        ("bytes_out", "i8", "bytes sent"),
+        ("t_busy", "f8", "seconds busy"),
+        ("t_apply", "f8", "seconds applying gradients"),
     ],
-    # sync.mode = "central": the learner's inference batches since the previous row.
     "inference": [
-        ("update", "i8"), ("wall_time", "f8"), ("batches", "i8"), ("observations", "i8"),
-        ("t_gather", "f8"),
+        ("update", "i8", "the update of the row"),
+        ("wall_time", "f8", "seconds since the run started"),
+        ("batches", "i8", "the learner's inference batches since the previous row"),
+        ("observations", "i8", "in those batches"),
+        ("t_gather", "f8", "seconds gathering them"),
     ],
-    # One row per start of the run: the first (restart 0) and each resume, with the world it
-    # ran on (a restart after a lost host may have fewer ranks).
-    # damaged_log: 1 where this start found the log damaged, set it aside (log.damaged-R.h5,
-    # R this start's restart) and went on in a new one holding the rows that could be read.
     "starts": [
-        ("restart", "i4"), ("update", "i8"), ("frames", "i8"), ("wall_time", "f8"),
-        ("world_size", "i4"), ("nodes", "i4"), ("damaged_log", "i4"),
+        ("restart", "i4", "0: the first start, then 1, 2, ..."),
+        ("update", "i8", "the update it began at"),
+        ("frames", "i8", "the frames it began at"),
+        ("wall_time", "f8", "the run's wall time it began at"),
+        ("world_size", "i4", "ranks"),
+        ("nodes", "i4", "hosts"),
+        ("damaged_log", "i4", "1: this start found the log damaged, set it aside as `log.damaged-R.h5` (R "
+                              "this start's restart) and went on in a new one holding the rows that could "
+                              "be read"),
     ],
 }
 # The column that says which rows a resume from update U / frame F keeps.
@@ -87,7 +165,27 @@ _RESUME_KEY = {"train": "update", "episodes": "frames", "eval": "update", "ranks
 
 
 def table_dtype(name: str) -> np.dtype:
-    return np.dtype(TABLES[name])
+    return np.dtype([(column, kind) for column, kind, _ in TABLES[name]])
+
+
+def reference_markdown() -> str:
+    """The log-format reference page, from the tables above (built by the docs' hook)."""
+    attrs = ", ".join(f"`{k}` ({v})" for k, v in ROOT_ATTRIBUTES.items())
+    history = "; ".join(f"{v}: {what}" for v, what in FORMAT_HISTORY.items())
+    lines = ["# The HDF5 log", "",
+             "`DIR/log.h5`, written by rank 0 in SWMR mode: readers open it with "
+             "`h5py.File(path, \"r\", swmr=True)` while the run goes (rows are flushed at "
+             "least every 2 s; a log whose writer was killed is read the same way), or with "
+             "`analysis.load`. Frames are emulator frames.", "",
+             f"Root attributes: {attrs}.", "",
+             f"Format versions (a resumed older log gets the new columns as zeros): {history}.",
+             ""]
+    for name, columns in TABLES.items():
+        lines += [f"## `/{name}`", "", f"{TABLE_ROWS[name][0].upper()}{TABLE_ROWS[name][1:]}.", "",
+                  "| column | type | holds |", "|---|---|---|"]
+        lines += [f"| `{c}` | {np.dtype(kind).name} | {doc} |" for c, kind, doc in columns]
+        lines.append("")
+    return "\n".join(lines)
 
 
 def _by_name(rows: np.ndarray, dtype: np.dtype) -> np.ndarray:

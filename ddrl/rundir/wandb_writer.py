@@ -1,5 +1,5 @@
 """The log's figures mirrored live into Weights & Biases (`run.wandb`, the `wandb` extra): the
-same scalars as the TensorBoard files (`ddrl.tensorboard.points`), with frames as the x axis.
+same scalars as the TensorBoard files (`ddrl.rundir.tensorboard.points`), with frames as the x axis.
 
 One W&B run per run directory: its id is derived from the directory and the log's start
 time, so a resumed run continues the same W&B run (rows after the checkpoint, which the run
@@ -16,7 +16,7 @@ from typing import Any
 
 from ddrl.config import Config
 from ddrl.errors import DdrlError
-from ddrl.tensorboard import points
+from ddrl.rundir.tensorboard import points
 
 
 def check_installed(cfg: Config) -> None:

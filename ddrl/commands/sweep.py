@@ -19,11 +19,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ddrl.args import job_file
+from ddrl.commands.args import job_file
+from ddrl.commands.slurm import array_tasks, sweep_lines, task_config, train_args
 from ddrl.distributed.launch import mpirun_command
 from ddrl.errors import DdrlError, InUseError
 from ddrl.rundir import hold
-from ddrl.slurm_script import array_tasks, sweep_lines, task_config, train_args
 
 # Written into a run directory when its run ended on its own.
 FINISHED = "sweep-finished"

@@ -16,15 +16,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from ddrl import checkpoint
-from ddrl.args import job_file, positive_int
+from ddrl.commands.args import job_file, positive_int
 from ddrl.config import load_config
 from ddrl.envs import check_env_id
 from ddrl.errors import DdrlError
 from ddrl.placement import placement_of
-from ddrl.rundir import default_run_dir, hold
+from ddrl.rundir import checkpoint, default_run_dir, hold
 
-TEMPLATES = Path(__file__).resolve().parent / "slurm"
+TEMPLATES = Path(__file__).resolve().parents[1] / "slurm"
 LAUNCH_BLOCK = re.compile(r"^# >>> ddrl launch.*?^# <<< ddrl launch\n", re.M | re.S)
 MAIN_CALL = 'ddrl_main "$@"\n'
 _TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
