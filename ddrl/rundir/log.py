@@ -38,7 +38,9 @@ ROOT_ATTRIBUTES = {
     "versions": "JSON: python, tensorflow, horovod, mpi4py, the MPI library, ale-py, ...",
     "cpu": "the CPU as `ddrl info` names it", "cores": "the cores of all ranks together",
     "start_time": "the first start, ISO 8601 with its time zone", "restarts": "starts after the first",
-    "sync_backend": "the gradient sync that ran", "format_version": "this table's version",
+    "sync_backend": "the gradient sync that ran",
+    "precision": "the network's compute precision as run (`model.precision` resolved: float32 or bfloat16)",
+    "format_version": "the log format's version",
 }
 # Each table: what a row is, and its columns as (name, numpy type, what it holds); the
 # reference page (docs/reference/log-format.md) is generated from these.
