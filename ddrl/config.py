@@ -1,8 +1,9 @@
 """Typed run configuration: defaults from the paper's Table 1, TOML job files, --set overrides.
 
 Config keys are the public interface (job files and `--set key=value` use them), so every
-field here is documented (`ddrl/config_docs.py`, from which the docs' reference is built) and
-validated with a one-line error naming the key. A key that moved keeps working under its old
+field is declared once (`setting`: default, doc line, choices or bounds), from which the
+docs' reference is built (`ddrl/config_docs.py`) and values are validated with a one-line
+error naming the key. A key that moved keeps working under its old
 name (`RENAMED`), with a one-line note.
 """
 from __future__ import annotations
@@ -27,183 +28,289 @@ from ddrl.errors import DdrlError
 from ddrl.output import say
 
 
+def setting(default: Any = dataclasses.MISSING, *, doc: str, factory: Any = dataclasses.MISSING,
+            choices: tuple | None = None, bounds: tuple | None = None) -> Any:
+    """A config key's one declaration: its default (or a factory of it), what it does (the
+    reference's line), and what it takes: `choices`, or `bounds` (low, high, low inclusive;
+    None unbounded on that side). Validation and the reference page read them from here."""
+    return field(default=default, default_factory=factory,
+                 metadata={"doc": doc, "choices": choices, "bounds": bounds})
+
+
 @dataclass
 class EnvConfig:
-    id: str = "ALE/Pong-v5"
-    sticky: float = 0.25
-    frame_skip: int = 4
-    noop_max: int = 30
-    fire_reset: bool = True
-    episodic_life: bool = False
-    clip_rewards: bool = True
-    max_episode_frames: int = 108_000
+    id: str = setting("ALE/Pong-v5",
+        doc="gymnasium id: `ALE/<Game>-v5` (ale-py ships the ROMs) or classic control such as `CartPole-v1`")
+    sticky: float = setting(0.25, bounds=(0.0, 1.0, True),
+        doc="sticky-action probability (Machado et al. 2018)")
+    frame_skip: int = setting(4, bounds=(1, None, True),
+        doc="emulator frames per agent step (max over the last two)")
+    noop_max: int = setting(30, bounds=(0, None, True), doc="up to this many no-ops at reset")
+    fire_reset: bool = setting(True, doc="press FIRE at reset in games that need it")
+    episodic_life: bool = setting(False,
+        doc="training only: a lost life ends the value chain (the game goes on)")
+    clip_rewards: bool = setting(True, doc="training only: rewards clipped to [-1, 1]")
+    max_episode_frames: int = setting(108_000, bounds=(1, 2**31 - 1, True),
+        doc="frame cap per game; a capped game is truncated, not terminated (its value chain ends on the "
+            "critic's estimate)")
     # Side of the square gray frames the network sees: 84 as in the papers; 64 costs the
     # Nature CNN less than half the compute per frame.
-    size: int = 84
+    size: int = setting(84, bounds=(36, None, True),
+        doc="side of the square gray frames; 64 costs the nets less than half the compute of 84")
     # Start-state decorrelation (accelerated-methods paper 5.2): each simulator first takes
     # a random number (up to this many) of random actions.
-    decorrelate: int = 200
-    env_threads: int = 1
+    decorrelate: int = setting(200, bounds=(0, None, True),
+        doc="start-state decorrelation: each simulator first takes a random number (up to this) of random "
+            "actions; they stay part of its first game")
+    env_threads: int = setting(1, bounds=(0, None, True), doc="C++ threads of each ale-py vector env")
     # Classic control: the indices of the state the observation shows ([]: all of it).
     # CartPole's positions alone ([0, 2]) are a game one observation does not show, for
     # recurrent nets.
-    observe: list[int] = field(default_factory=list)
+    observe: list[int] = setting(factory=list,
+        doc="classic control: the indices of the state the observation shows ([]: all); CartPole's positions "
+            "alone, [0, 2], need a recurrent net")
 
 
 @dataclass
 class RunConfig:
-    seed: int = 0
-    max_frames: int = 10_000_000
-    max_minutes: float = 0.0
-    checkpoint_minutes: float = 10.0
-    keep_checkpoints: int = 3
-    storage_retry_seconds: float = 30.0
-    log_every: int = 10
-    progress_seconds: float = 10.0
+    seed: int = setting(0, bounds=(0, None, True),
+        doc="all seeds (per rank, simulator, evaluation) derive from it")
+    # A trillion frames is years of simulation: beyond it, a typo.
+    max_frames: int = setting(10_000_000, bounds=(1, 10**12, True),
+        doc="stop after this many emulator frames (all ranks together)")
+    max_minutes: float = setting(0.0, bounds=(0.0, None, True),
+        doc="stop after this many minutes of training (0: no limit)")
+    checkpoint_minutes: float = setting(10.0, bounds=(0.0, None, False),
+        doc="minutes between periodic checkpoints (written off the training thread)")
+    keep_checkpoints: int = setting(3, bounds=(1, None, True), doc="periodic checkpoints kept")
+    storage_retry_seconds: float = setting(30.0, bounds=(0.0, None, True),
+        doc="a checkpoint whose write fails with an error that may pass (EIO, ESTALE, ENOTCONN, ETIMEDOUT: "
+            "an NFS fail-over) is tried once more after this many seconds")
+    log_every: int = setting(10, bounds=(1, None, True), doc="updates per `/train` row")
+    progress_seconds: float = setting(10.0, bounds=(0.0, None, False), doc="seconds between progress lines")
     # TensorBoard event files beside log.h5 (DIR/tensorboard/), written live by rank 0 with
     # the scalars of /train, /eval and /episodes.
-    tensorboard: bool = True
+    tensorboard: bool = setting(True,
+        doc="TensorBoard event files written live beside the log in `RUN_DIR/tensorboard/`")
     # A Weights & Biases project to mirror the same scalars into, live (the `wandb` extra);
     # "" for none. W&B's own variables apply: WANDB_MODE=offline keeps it on this disk.
-    wandb: str = ""
+    wandb: str = setting("",
+        doc="Weights & Biases project that rank 0 mirrors the same scalars into, live, one W&B run per run "
+            "directory, a resume continuing it (`pip install ddrl[wandb]`; `WANDB_MODE=offline` keeps it in "
+            "`RUN_DIR/wandb/`); empty: none")
 
 
 @dataclass
 class NodeConfig:
-    mode: str = "ba3c"
-    n_sim: int = 10
-    batch_size: int = 32
-    t_max: int = 5
-    predictors: int = 1
-    predict_batch: int = 0
-    queue_size: int = 0
-    threads: int = 0
+    mode: str = setting("ba3c", choices=('ba3c', 'a2c', 'dqn'),
+        doc="`ba3c`: asynchronous predictors and a FIFO (the paper); `a2c`: synchronous, reproducible; "
+            "`dqn`: samplers, a replay memory and a target network (chosen by `algo.name = \"dqn\"`)")
+    n_sim: int = setting(10, bounds=(1, 4096, True), doc="simulators per rank")
+    batch_size: int = setting(32, bounds=(1, None, True),
+        doc="data points per update per rank (ba3c; DQN's minibatch; in a2c it is `n_sim x t_max`)")
+    t_max: int = setting(5, bounds=(1, None, True),
+        doc="steps per segment or rollout: the n of n-step returns")
+    predictors: int = setting(1, bounds=(1, None, True),
+        doc="predictor threads (ba3c; each owns `n_sim / predictors` simulators)")
+    predict_batch: int = setting(0, bounds=(0, None, True),
+        doc="simulators per inference batch (0: half of a predictor's simulators, or all of them with "
+            "several predictors)")
+    queue_size: int = setting(0, bounds=(0, None, True),
+        doc="FIFO capacity in data points (0: 4 x batch_size)")
+    threads: int = setting(0, bounds=(0, None, True),
+        doc="TensorFlow threads (0: `SLURM_CPUS_PER_TASK`, `OMP_NUM_THREADS`, or the cores of the affinity "
+            "mask shared by the host's ranks)")
 
 
 @dataclass
 class ModelConfig:
-    arch: str = "ddrl"
-    fc: int = 256
-    hidden: list[int] = field(default_factory=lambda: [64, 64])
-    precision: str = "float32"
+    arch: str = setting("ddrl", choices=('ddrl', 'nature', 'a3c', 'mlp'),
+        doc="`ddrl` (the paper's 4-conv net), `nature` (Nature CNN), `a3c` (small A3C net), `mlp` (vector "
+            "observations)")
+    fc: int = setting(256, bounds=(1, None, True),
+        doc="FC width of the `ddrl` net (the paper shrank it to 128)")
+    hidden: list[int] = setting(factory=lambda: [64, 64], doc="MLP layer widths")
+    precision: str = setting("float32", choices=('float32', 'bfloat16', 'auto'),
+        doc="`float32`, `bfloat16` (Keras mixed precision; pays only where the CPU has AMX) or `auto` "
+            "(bfloat16 for image nets on a CPU with AMX-BF16, else float32)")
 
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-3
-    eps: float = 1e-8
-    beta1: float = 0.8
-    beta2: float = 0.75
+    lr: float = setting(1e-3, bounds=(0.0, None, False), doc="learning rate")
+    eps: float = setting(1e-8, bounds=(0.0, None, False), doc="Adam epsilon (TF1's \"epsilon hat\")")
+    beta1: float = setting(0.8, bounds=(0.0, 1.0, True),
+        doc="Adam's first-moment decay (the paper tuned 0.8)")
+    beta2: float = setting(0.75, bounds=(0.0, 1.0, True),
+        doc="Adam's second-moment decay (the paper tuned 0.75)")
     # The authors' per-tensor clip by average norm; 0 turns it off.
-    clip_per_tensor: float = 0.1
+    clip_per_tensor: float = setting(0.1, bounds=(0.0, None, True),
+        doc="clipping of each tensor's gradient by its average norm, as in the authors' code (0: off)")
     # Clip by the global norm of the whole gradient (PPO's usual 0.5); 0 turns it off.
-    max_grad_norm: float = 0.0
-    lr_scaling: str = "none"
+    max_grad_norm: float = setting(0.0, bounds=(0.0, None, True),
+        doc="clipping by the global norm of each rank's gradient (0: off; PPO's usual 0.5)")
+    lr_scaling: str = setting("none", choices=('none', 'sqrt', 'linear'),
+        doc="`none`, `sqrt` or `linear` in the number of workers")
     # "linear" decays the learning rate to 0 at run.max_frames.
-    lr_schedule: str = "constant"
+    lr_schedule: str = setting("constant", choices=('constant', 'linear'),
+        doc="`constant`, or `linear`: decays to 0 at `run.max_frames` (all-reduce mode)")
     # Warm-up (Goyal et al. 2017): the rate rises linearly from 0 to its (scaled) value over
     # the first warmup_frames frames of the run, all ranks together; 0: none.
-    warmup_frames: int = 0
+    warmup_frames: int = setting(0, bounds=(0, 10**12, True),
+        doc="the learning rate rises linearly from 0 over this many frames (all ranks together) at the run's "
+            "start; 0: no warm-up")
     # "rmsprop" is centered RMSProp (decay beta2, momentum 0, eps added under the root), as
     # Nature DQN trained.
-    optimizer: str = "adam"
+    optimizer: str = setting("adam", choices=('adam', 'rmsprop'),
+        doc="`adam`, or `rmsprop`: centered RMSProp (decay `beta2`, `eps` under the root), as Nature DQN")
 
 
 @dataclass
 class AlgoConfig:
-    name: str = "a2c"
-    gamma: float = 0.99
+    name: str = setting("a2c", choices=('a2c', 'ppo', 'vtrace', 'appo', 'dqn'),
+        doc="`a2c`: n-step advantage actor-critic (BA3C on the ba3c node); `ppo`; `vtrace`: IMPALA's "
+            "actor-critic on V-trace targets; `appo`: PPO's clipped loss on V-trace targets; `dqn`")
+    gamma: float = setting(0.99, bounds=(0.0, 1.0, True), doc="discount")
     # Loss weights of the actor-critic algorithms: entropy bonus, value loss.
-    entropy: float = 0.01
-    value_coef: float = 0.5
+    entropy: float = setting(0.01, bounds=(0.0, None, True),
+        doc="entropy bonus weight (actor-critic algorithms)")
+    value_coef: float = setting(0.5, bounds=(0.0, None, True),
+        doc="value-loss weight (actor-critic algorithms)")
     # PPO: clip range of the ratio (and of the value change, with clip_value), GAE's lambda,
     # passes over each rollout and minibatches per pass, advantage normalisation and over what
     # (each minibatch, or each rank's rollout once).
-    ratio_clip: float = 0.1
-    gae_lambda: float = 0.95
-    epochs: int = 4
-    minibatches: int = 4
-    normalize: bool = True
-    normalize_over: str = "minibatch"
-    clip_value: bool = True
+    ratio_clip: float = setting(0.1, bounds=(0.0, None, False),
+        doc="PPO, APPO: clip range of the probability ratio (and of the value change)")
+    gae_lambda: float = setting(0.95, bounds=(0.0, 1.0, True), doc="PPO: GAE's lambda")
+    epochs: int = setting(4, bounds=(1, None, True),
+        doc="PPO, APPO: passes over each batch; every minibatch is one update")
+    minibatches: int = setting(4, bounds=(1, None, True), doc="PPO, APPO: minibatches per pass")
+    normalize: bool = setting(True, doc="PPO, APPO: advantages normalised (to mean 0, deviation 1)")
+    normalize_over: str = setting("minibatch", choices=('minibatch', 'rollout'),
+        doc="PPO, APPO: normalise over each minibatch (CleanRL's) or over each rank's rollout once (steadier "
+            "when a rank's share of a minibatch is small)")
+    clip_value: bool = setting(True, doc="PPO, APPO: value loss clipped around the acting values")
     # V-trace (vtrace, appo): truncation of the importance weights pi / mu in the targets
     # (rho-bar) and in the trace (c-bar); IMPALA's 1.0 for both.
-    rho_clip: float = 1.0
-    c_clip: float = 1.0
+    rho_clip: float = setting(1.0, bounds=(0.0, None, False),
+        doc="V-trace: truncation of the importance weights pi/mu in the targets (rho-bar)")
+    c_clip: float = setting(1.0, bounds=(0.0, None, False),
+        doc="V-trace: truncation of the importance weights in the trace (c-bar)")
     # Actor-critic algorithms on the a2c or ba3c node: units of an LSTM between the torso and
     # the actor-critic head (0: none); a sequence (a simulator's rollout on the a2c node, a
     # segment of node.t_max steps on the ba3c node) is unrolled from the state it was acted from.
-    recurrent: int = 0
+    recurrent: int = setting(0, bounds=(0, None, True),
+        doc="actor-critic algorithms on the a2c or ba3c node (central mode's too): units of an LSTM between "
+            "the torso and the actor-critic head (0: none); a sequence is each simulator's rollout (a2c) or "
+            "segment of node.t_max steps (ba3c), unrolled from the state it was acted from")
 
 
 @dataclass
 class DQNConfig:
     """DQN's settings (algo.name = "dqn"): Nature DQN's values (the concurrent-DQN paper's
     Table 5); counts are per rank, in agent steps (frame_skip frames each) unless named frames."""
-    replay_frames: int = 1_000_000
-    prepopulate: int = 50_000
-    target_period: int = 10_000
-    train_period: int = 4
-    n_step: int = 1
-    double: bool = False
-    dueling: bool = False
-    eps_start: float = 1.0
-    eps_final: float = 0.1
-    eps_steps: int = 1_000_000
+    replay_frames: int = setting(1_000_000, bounds=(1, None, True),
+        doc="replay memory capacity per rank, in frames (each stored once)")
+    prepopulate: int = setting(50_000, bounds=(0, None, True),
+        doc="agent steps of uniformly random play before learning")
+    target_period: int = setting(10_000, bounds=(1, None, True),
+        doc="agent steps between target-network updates (C)")
+    train_period: int = setting(4, bounds=(1, None, True), doc="agent steps per minibatch (F)")
+    n_step: int = setting(1, bounds=(1, None, True),
+        doc="steps of the return before the target network's bootstrap")
+    double: bool = setting(False, doc="Double DQN's target")
+    dueling: bool = setting(False, doc="the dueling head")
+    eps_start: float = setting(1.0, bounds=(0.0, 1.0, True),
+        doc="epsilon-greedy exploration at the first learning step")
+    eps_final: float = setting(0.1, bounds=(0.0, 1.0, True), doc="epsilon after `eps_steps`")
+    eps_steps: int = setting(1_000_000, bounds=(1, None, True),
+        doc="agent steps of learning over which epsilon is annealed linearly")
     # The concurrent-DQN paper's two techniques: a trainer thread trains on the replay memory
     # while the samplers act with the target network (concurrent); W samplers share one
     # batched inference per step (synchronized) or each infer alone, on threads of their own.
-    concurrent: bool = False
-    samplers: int = 1
-    synchronized: bool = True
+    concurrent: bool = setting(False,
+        doc="the samplers act with the target network on a thread of their own while the trainer trains (the "
+            "concurrent-DQN paper's Algorithm 1)")
+    samplers: int = setting(1, bounds=(1, 1024, True), doc="simulators per rank (W)")
+    synchronized: bool = setting(True,
+        doc="the W simulators step in lock-step with one batched inference per step; false: each on its own "
+            "thread")
     # Each rank's replay memory is saved with the final checkpoint of a stop (time limit,
     # signal, frame budget, target) and taken up again by --resume; otherwise a resumed run
     # prepopulates a new one. Gigabytes per rank at 1M frames.
-    save_replay: bool = False
+    save_replay: bool = setting(False,
+        doc="each rank saves its replay memory with the final checkpoint of a stop and `--resume` restores "
+            "it (gigabytes per rank at 1M frames)")
     # Prioritized replay (Schaul et al. 2016, proportional): transitions drawn with probability
     # proportional to priority^alpha, priority the last |TD error| (the cross-entropy with a
     # categorical head); importance weights (N P)^-beta, beta annealed linearly to 1 over the
     # run's frames. Rainbow's alpha 0.5, beta 0.4.
-    prioritized: bool = False
-    priority_alpha: float = 0.5
-    priority_beta: float = 0.4
+    prioritized: bool = setting(False,
+        doc="prioritized replay: transitions drawn in proportion to priority^alpha (the last |TD error|, or "
+            "the cross-entropy of a categorical head), losses weighted by importance weights")
+    priority_alpha: float = setting(0.5, bounds=(0.0, None, True),
+        doc="prioritized replay: exponent of the priorities (0: uniform)")
+    priority_beta: float = setting(0.4, bounds=(0.0, 1.0, True),
+        doc="prioritized replay: importance-weight exponent at the start, annealed linearly to 1 over "
+            "`run.max_frames`")
     # Categorical DQN (atoms > 1; C51: 51 atoms on [-10, 10]): a distribution over returns
     # per action instead of its mean.
-    atoms: int = 0
-    v_min: float = -10.0
-    v_max: float = 10.0
+    atoms: int = setting(0, bounds=(0, 1001, True),
+        doc="Categorical DQN: atoms of each action's return distribution (0: Q-values; C51: 51)")
+    v_min: float = setting(-10.0, doc="Categorical DQN: the lowest atom")
+    v_max: float = setting(10.0, doc="Categorical DQN: the highest atom")
     # R2D2's value rescaling h(x) = sign(x)(sqrt(|x|+1)-1) + 1e-3 x in the n-step targets:
     # for unclipped rewards (env.clip_rewards = false).
-    value_rescale: bool = False
+    value_rescale: bool = setting(False,
+        doc="R2D2's value rescaling h(x) = sign(x)(sqrt(|x|+1)-1) + 0.001x of the n-step targets, for "
+            "unclipped rewards")
     # R2D2 (Kapturowski et al. 2019; recurrent > 0: the LSTM's units, R2D2's 512): a recurrent
     # Q network trained on replayed sequences of `sequence` steps, each after `burn_in` steps
     # that only refresh the recurrent state stored with it; a simulator starts a sequence
     # every `sequence_period` steps (R2D2: 80, 40, 40, so sequences overlap by half).
-    recurrent: int = 0
-    sequence: int = 80
-    burn_in: int = 40
-    sequence_period: int = 40
+    recurrent: int = setting(0, bounds=(0, None, True),
+        doc="R2D2: units of the LSTM between the torso and the Q head (0: no LSTM; R2D2: 512); training on "
+            "replayed sequences")
+    sequence: int = setting(80, bounds=(1, None, True),
+        doc="R2D2: steps of each replayed sequence the loss learns on (R2D2: 80)")
+    burn_in: int = setting(40, bounds=(0, None, True),
+        doc="R2D2: steps before each sequence that only refresh its stored recurrent state (R2D2: 40)")
+    sequence_period: int = setting(40, bounds=(1, None, True),
+        doc="R2D2: a simulator starts a sequence every this many steps (R2D2: 40: sequences overlap by half)")
     # A sequence's priority: eta max + (1 - eta) mean of its steps' |TD errors| (R2D2's 0.9).
-    priority_eta: float = 0.9
+    priority_eta: float = setting(0.9, bounds=(0.0, 1.0, True),
+        doc="R2D2: a sequence's priority, eta max + (1 - eta) mean of its |TD errors|")
 
 
 @dataclass
 class SyncConfig:
-    backend: str = "mpi"
-    mode: str = "allreduce"
-    ps: int = 0
-    aggregate: float = 1.0
+    backend: str = setting("mpi", choices=('none', 'mpi', 'horovod'),
+        doc="`mpi` (mpi4py Allreduce), `horovod`, or `none` (one rank)")
+    mode: str = setting("allreduce", choices=('allreduce', 'ps', 'central'),
+        doc="`allreduce`; `ps` (parameter-server ranks); `central` (rank 0 infers and trains, the other "
+            "ranks simulate: SEED RL)")
+    ps: int = setting(0, bounds=(0, None, True),
+        doc="parameter-server ranks (ps mode): the last ranks of the job")
+    aggregate: float = setting(1.0, bounds=(0.0, None, False),
+        doc="gradients per update: a fraction of the workers or a count (k of n; ps mode)")
     # Python keyword, so the TOML key `async` maps onto this field.
-    async_: bool = False
-    timeout: float = 300.0
+    async_: bool = setting(False, doc="ps mode: apply every gradient as it arrives")
+    timeout: float = setting(300.0, bounds=(0.0, None, False),
+        doc="seconds a rank waits for the others before it takes them as frozen or lost: all-reduce mode "
+            "ends the job (exit 4), ps mode leaves the worker out")
     # The start-up's collectives wait at least this long: ranks that import TensorFlow
     # seconds apart on a busy node (or minutes apart from a slow shared file system) are no
     # fault.
-    startup_timeout: float = 60.0
+    startup_timeout: float = setting(60.0, bounds=(0.0, None, False),
+        doc="seconds the start-up's collectives wait at least (the larger of this and `sync.timeout`): ranks "
+            "reach them as their imports end")
     # Rehearsal: each process carries this many ranks of a bigger job (their simulators and
     # seeds, one model), and their gradients are combined as that job's all-reduce would
     # combine them: N processes run a job of N x virtual_ranks ranks, slower, same mathematics.
-    virtual_ranks: int = 1
+    virtual_ranks: int = setting(1, bounds=(1, 4096, True),
+        doc="rehearsal: ranks of the job each process carries (their simulators and seeds, one model, "
+            "gradients combined as the job's all-reduce would): `mpirun -n N` runs a job of N x this many "
+            "ranks")
 
 
 @dataclass
@@ -212,60 +319,99 @@ class CentralConfig:
     ranks only simulate."""
     # Groups of node.n_sim simulators per actor rank, each with one step in flight: while
     # one waits for its actions the others step.
-    groups: int = 2
+    groups: int = setting(2, bounds=(1, 64, True),
+        doc="groups of `node.n_sim` simulators per actor rank, each with one step in flight: while one waits "
+            "for its actions the others step")
     # Observations per inference batch on the learner (0: all actors' simulators / groups).
-    batch: int = 0
+    batch: int = setting(0, bounds=(0, None, True),
+        doc="observations per inference batch on the learner (0: all actor simulators / `central.groups`)")
     # A batch closes this long after its first observation arrived, full or not.
-    deadline_ms: float = 5.0
+    deadline_ms: float = setting(5.0, bounds=(0.0, None, True),
+        doc="a batch closes this long after its first observation arrived, full or not, so no actor waits "
+            "long")
 
 
 @dataclass
 class EvalConfig:
-    every: int = 1000
-    episodes: int = 50
-    target: float | None = None
+    every: int = setting(1000, bounds=(1, None, True),
+        doc="updates between evaluations (rank 0's evaluator process, frozen weights); with a target, those "
+            "skipped while it played are played once it is hit")
+    episodes: int = setting(50, bounds=(0, None, True),
+        doc="whole games per evaluation, unclipped rewards, no episodic life (0: none)")
+    target: float | None = setting(None,
+        doc="stop when an evaluation's mean reaches this score (`none`: never)")
     # A crossing of the target counts once the same frozen weights have played this many
     # games in all with a mean at the target (the paper's 50): the first eval.episodes, then
     # the rest at once; eval.episodes or fewer: every evaluation counts as it is.
-    confirm_episodes: int = 50
+    confirm_episodes: int = setting(50, bounds=(0, None, True),
+        doc="games the weights that cross `eval.target` play in all before the run counts the target reached "
+            "(the paper's 50; the rest played at once, their mean over all of them must be at the target)")
     # The most one game can score (Pong: 21): an evaluation stops as soon as that score in
     # every game still to end could not bring its mean to the target; none: all are played.
-    max_return: float | None = None
+    max_return: float | None = setting(None,
+        doc="the most one game can score (Pong: 21): an evaluation stops once even that in every game left "
+            "could not bring its mean to `eval.target` (`none`: all are played)")
     # While a crossing's confirmation plays, every rank waits (synchronous placements): the
     # evaluator gets the cores, and the run knows in seconds whether it is done.
-    pause_to_confirm: bool = True
+    pause_to_confirm: bool = setting(True,
+        doc="while a crossing of `eval.target` plays its confirmation, every rank waits (all-reduce "
+            "placements), so the evaluator has the cores and the run knows at once")
     # Once a live evaluation has scored this much, every later one pauses the ranks as a
     # confirmation does and plays on all the job's cores on this machine: the run learns within
     # seconds of each due evaluation whether its newest weights cross the target (none: never).
-    focus_above: float | None = None
+    focus_above: float | None = setting(None,
+        doc="once a live evaluation scores this much, each later one pauses the ranks and plays on all the "
+            "job's cores on the machine, so the run knows within seconds whether its newest weights cross "
+            "the target (`none`: never)")
     # The ranks wait for focused evaluations at most this share of the run's wall time (one
     # due beyond it plays in the background); confirmations are not counted.
-    pause_share: float = 0.05
+    pause_share: float = setting(0.05, bounds=(0.0, 1.0, True),
+        doc="the ranks wait for focused evaluations at most this share of the run's wall time; one due "
+            "beyond it waits until the share allows it, then plays the newest weights (confirmations not "
+            "counted)")
     # After a confirmed crossing (or a budget's end without one), play the weights the
     # evaluator had no time for, to find the earliest at the target: an earlier time to target,
     # known later. Off: the run stops once it knows, and keeps no skipped weights.
-    backfill: bool = True
+    backfill: bool = setting(True,
+        doc="after a crossing is confirmed, or a budget ends without one, play the weights the evaluator had "
+            "no time for, to find the earliest at the target (earlier, known later); false: the run stops "
+            "once it knows")
     # Probability of a random action instead of the greedy one (0: greedy, as in the paper).
-    epsilon: float = 0.0
+    epsilon: float = setting(0.0, bounds=(0.0, 1.0, True),
+        doc="probability of a random action in evaluation (0: greedy, as in the paper; DQN's convention is "
+            "0.05)")
     # The evaluator process's niceness: at 19 it plays on the CPU time the ranks leave idle.
-    nice: int = 19
+    nice: int = setting(19, bounds=(0, 19, True),
+        doc="the evaluator process's niceness (0-19); at 19 it plays on the CPU time the ranks leave idle "
+            "and costs them little (docs/performance.md)")
     # Its CPU time, at most this share of one rank's cores over the run (a due evaluation
     # waits until it fits; 1: no limit): a hard bound for an evaluator at a niceness below 19.
-    cpu_share: float = 1.0
+    cpu_share: float = setting(1.0, bounds=(0.0, 1.0, False),
+        doc="the evaluator's CPU time, at most this share of one rank's cores: in a synchronous job what it "
+            "takes from a rank holds back all (an evaluation due waits until it fits; 1: no limit)")
 
 
 @dataclass
 class DebugConfig:
-    slow_ranks: list[int] = field(default_factory=list)
-    slow_factor: float = 1.0
+    slow_ranks: list[int] = setting(factory=list, doc="ranks slowed down on purpose (straggler experiments)")
+    slow_factor: float = setting(1.0, bounds=(1.0, None, True), doc="how much slower those ranks compute")
     # Fault injection: this rank stops itself (SIGSTOP) before the sync of this update, as a
     # node hung in its own work (NFS, a driver) would; -1: none.
-    freeze_rank: int = -1
-    freeze_update: int = 10
+    freeze_rank: int = setting(-1,
+        doc="this rank stops itself (SIGSTOP) before the sync of `freeze_update` (an actor rank: before its "
+            "step of that number), as a host hung in its own work would (-1: none)")
+    freeze_update: int = setting(10,
+        doc="the update at which `freeze_rank` stops itself; -1: at start-up, before the initial weights are "
+            "shared; -2: after the last update, before the final barrier; -3: before the placement's "
+            "start-up (central mode's split)")
     # A central-mode actor stops between a step's two messages (head, observations).
-    freeze_mid_step: bool = False
+    freeze_mid_step: bool = setting(False,
+        doc="a central-mode `freeze_rank` stops between a step's head and its observations, as a host hung "
+            "mid-send would")
     # A frozen rank wakes up after this many seconds (0: it stays frozen).
-    freeze_seconds: float = 0.0
+    freeze_seconds: float = setting(0.0, bounds=(0.0, None, True),
+        doc="a central-mode `freeze_rank`, or one frozen at start-up, sleeps this many seconds instead (its "
+            "other threads go on; 0: it stops for ever)")
 
 
 @dataclass
@@ -323,64 +469,19 @@ def current_keys(flat: dict[str, Any]) -> dict[str, Any]:
     return {RENAMED.get(k, k): v for k, v in flat.items()}
 
 
-_CHOICES = {
-    "node.mode": ("ba3c", "a2c", "dqn"),
-    "model.arch": ("ddrl", "nature", "a3c", "mlp"),
-    "model.precision": ("float32", "bfloat16", "auto"),
-    "optim.lr_scaling": ("none", "sqrt", "linear"),
-    "optim.lr_schedule": ("constant", "linear"),
-    "algo.name": ("a2c", "ppo", "vtrace", "appo", "dqn"),
-    "algo.normalize_over": ("minibatch", "rollout"),
-    "optim.optimizer": ("adam", "rmsprop"),
-    "sync.backend": ("none", "mpi", "horovod"),
-    "sync.mode": ("allreduce", "ps", "central"),
-}
+def _declared(what: str) -> dict[str, Any]:
+    """`section.key -> ` the choices or bounds its field declares (`setting`)."""
+    return {f"{sec}.{_key(f)}": f.metadata[what]
+            for sec, kind in typing.get_type_hints(Config).items()
+            for f in dataclasses.fields(kind)
+            if f.metadata.get(what) is not None}
+
+
+_CHOICES = _declared("choices")
 # (low, high, low inclusive); None means unbounded on that side.
-_RANGES = {
-    "env.sticky": (0.0, 1.0, True), "env.frame_skip": (1, None, True),
-    "env.noop_max": (0, None, True), "env.max_episode_frames": (1, 2**31 - 1, True),
-    "env.size": (36, None, True),
-    "env.decorrelate": (0, None, True), "env.env_threads": (0, None, True),
-    # A trillion frames is years of simulation: beyond it, a typo.
-    "run.max_frames": (1, 10**12, True), "run.max_minutes": (0.0, None, True),
-    "run.seed": (0, None, True),
-    "run.checkpoint_minutes": (0.0, None, False), "run.keep_checkpoints": (1, None, True),
-    "run.storage_retry_seconds": (0.0, None, True),
-    "run.log_every": (1, None, True), "run.progress_seconds": (0.0, None, False),
-    "node.n_sim": (1, 4096, True), "node.batch_size": (1, None, True),
-    "node.t_max": (1, None, True), "algo.gamma": (0.0, 1.0, True),
-    "node.predictors": (1, None, True), "node.predict_batch": (0, None, True),
-    "node.queue_size": (0, None, True), "node.threads": (0, None, True),
-    "model.fc": (1, None, True), "optim.lr": (0.0, None, False),
-    "optim.eps": (0.0, None, False), "optim.beta1": (0.0, 1.0, True),
-    "optim.beta2": (0.0, 1.0, True), "optim.clip_per_tensor": (0.0, None, True),
-    "algo.entropy": (0.0, None, True), "optim.max_grad_norm": (0.0, None, True),
-    "algo.ratio_clip": (0.0, None, False), "algo.gae_lambda": (0.0, 1.0, True),
-    "algo.epochs": (1, None, True), "algo.minibatches": (1, None, True),
-    "algo.rho_clip": (0.0, None, False), "algo.c_clip": (0.0, None, False),
-    "algo.recurrent": (0, None, True),
-    "dqn.replay_frames": (1, None, True), "dqn.prepopulate": (0, None, True),
-    "dqn.target_period": (1, None, True), "dqn.train_period": (1, None, True),
-    "dqn.n_step": (1, None, True), "dqn.eps_start": (0.0, 1.0, True),
-    "dqn.eps_final": (0.0, 1.0, True), "dqn.eps_steps": (1, None, True),
-    "dqn.samplers": (1, 1024, True), "dqn.priority_alpha": (0.0, None, True),
-    "dqn.priority_beta": (0.0, 1.0, True), "dqn.atoms": (0, 1001, True),
-    "dqn.recurrent": (0, None, True), "dqn.sequence": (1, None, True),
-    "dqn.burn_in": (0, None, True), "dqn.sequence_period": (1, None, True),
-    "dqn.priority_eta": (0.0, 1.0, True),
-    "algo.value_coef": (0.0, None, True),
-    "sync.ps": (0, None, True), "sync.aggregate": (0.0, None, False),
-    "sync.timeout": (0.0, None, False), "sync.startup_timeout": (0.0, None, False),
-    "debug.freeze_seconds": (0.0, None, True),
-    "sync.virtual_ranks": (1, 4096, True), "optim.warmup_frames": (0, 10**12, True),
-    "eval.every": (1, None, True), "eval.confirm_episodes": (0, None, True),
-    "eval.episodes": (0, None, True), "eval.epsilon": (0.0, 1.0, True),
-    "eval.cpu_share": (0.0, 1.0, False),
-    "eval.pause_share": (0.0, 1.0, True), "eval.nice": (0, 19, True),
-    "debug.slow_factor": (1.0, None, True),
-    "central.groups": (1, 64, True), "central.batch": (0, None, True),
-    "central.deadline_ms": (0.0, None, True),
-}
+_RANGES = _declared("bounds")
+# One line per key, what it does: the configuration reference's (ddrl/config_docs.py).
+DOCS = _declared("doc")
 
 
 def _coerce(key: str, value: Any, typ: Any) -> Any:

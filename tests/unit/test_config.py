@@ -155,7 +155,8 @@ def test_an_old_logs_renamed_keys_compare_under_their_new_names():
 
 
 def test_every_key_is_documented_and_every_line_names_a_key():
-    from ddrl.config_docs import DOCS, SECTIONS, reference_markdown
+    from ddrl.config import DOCS
+    from ddrl.config_docs import SECTIONS, reference_markdown
 
     none_by_default = {"eval.target", "eval.max_return", "eval.focus_above"}
     keys = {f"{sec}.{k}" for sec, body in Config().to_dict().items() for k in body} | none_by_default
