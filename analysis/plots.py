@@ -55,7 +55,8 @@ def plot_learning_curves(runs: list[Run], labels: list[str], target: float | Non
     """Eval mean +- std (solid, band) and max (dashed), and smoothed online score, vs frames
     (left) and wall time (right): figs 3-5 and 9 of the paper.
 
-    Axes [0, *] hold two lines per run with eval rows, plus one for the target; axes [1, *]
+    Axes [0, *] hold two lines per run with eval rows, plus one for the target, and the
+    evaluations cut short (`eval.max_return`) as faint crosses; axes [1, *]
     one line per run with episodes. A run that reached its target adds a star (unlabelled):
     its confirmed weights on the eval axes (on the wall-time one with a line to when it was
     known), its online crossing on the online axes. Published scores (`references`: label, frames, score)
@@ -77,6 +78,12 @@ def plot_learning_curves(runs: list[Run], labels: list[str], target: float | Non
                 ax.plot(x, mean, color=color, marker="o", markersize=3, label=label)
                 ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.2)
                 ax.plot(x, evals["max_return"], color=color, ls="--", label=_HIDDEN + "max")
+            cut = run.tables.get("eval_cut")
+            if cut is not None and len(cut):
+                # Stopped once the target was out of reach: no score, but where the run was
+                # (the mean of the games that ended first); in focused runs most rows are these.
+                axes[0, col].scatter(cut[x_name] / x_scale, cut["mean_return"], color=color,
+                                     marker="x", s=12, alpha=0.5, label=_HIDDEN + "cut")
             if len(episodes):
                 axes[1, col].plot(episodes[x_name] / x_scale, online, color=color, label=label)
         _mark_target(axes, run, target, color, scale)
