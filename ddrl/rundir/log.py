@@ -45,15 +45,15 @@ ROOT_ATTRIBUTES = {
 # Each table: what a row is, and its columns as (name, numpy type, what it holds); the
 # reference page (docs/reference/log-format.md) is generated from these.
 TABLE_ROWS = {
-    "train": "one row every `run.log_every` updates",
-    "episodes": "one row per whole training game",
-    "eval": "one row per evaluation",
-    "ranks": "one row per rank every `run.log_every` updates",
+    "train": "One row every `run.log_every` updates",
+    "episodes": "One row per whole training game",
+    "eval": "One row per evaluation",
+    "ranks": "One row per rank every `run.log_every` updates",
     "servers": "`sync.mode = \"ps\"` only: each parameter server's cumulative figures as rank 0 "
                "last heard them",
     "inference": "`sync.mode = \"central\"` only, one row per `/train` row: the learner's "
                  "inference batches since the previous row",
-    "starts": "one row per start of the run: the first (restart 0) and each resume, with the "
+    "starts": "One row per start of the run: the first (restart 0) and each resume, with the "
               "world it ran on (a restart after a lost host may have fewer ranks)",
 }
 TABLES: dict[str, list[tuple[str, str, str]]] = {
@@ -183,7 +183,7 @@ def reference_markdown() -> str:
              f"Format versions (a resumed older log gets the new columns as zeros): {history}.",
              ""]
     for name, columns in TABLES.items():
-        lines += [f"## `/{name}`", "", f"{TABLE_ROWS[name][0].upper()}{TABLE_ROWS[name][1:]}.", "",
+        lines += [f"## `/{name}`", "", f"{TABLE_ROWS[name]}.", "",
                   "| column | type | holds |", "|---|---|---|"]
         lines += [f"| `{c}` | {np.dtype(kind).name} | {doc} |" for c, kind, doc in columns]
         lines.append("")
