@@ -62,9 +62,6 @@ class Learner:
             tf.TensorSpec((self.num_params,), tf.float32))
         self._grad: tf.Tensor | None = None
         self._grad_view: np.ndarray | None = None
-        # The loss's figure per data point of the last `gradients` call, where the algorithm
-        # has one (prioritized replay's TD errors); None otherwise.
-        self.per_sample: np.ndarray | None = None
 
     def _build(self, obs_shape: tuple[int, ...]) -> tf.keras.Model:
         return build_model(self.cfg.model, obs_shape, self.n_actions, self.algo.head,
@@ -119,15 +116,17 @@ class Learner:
         copy.load(self.get_weights())
         return copy
 
-    def gradients(self, batch: Batch) -> tuple[np.ndarray, dict[str, float]]:
-        """The flat gradient is a read-only view of the tensor TF computed, not a copy."""
+    def gradients(self, batch: Batch) -> tuple[np.ndarray, dict[str, float], np.ndarray | None]:
+        """The flat gradient, the statistics, and the loss's figure per data point where the
+        algorithm has one (prioritized replay's TD errors; else None). The gradient is a
+        read-only view of the tensor TF computed, not a copy."""
         flat, stats, per_sample = self._gradients(
             batch.obs, batch.actions.astype(np.int32),
             *[batch.targets[f].astype(np.float32) for f in self.algo.fields])
-        self.per_sample = per_sample.numpy() if per_sample.shape[0] else None
         self._grad = flat
         self._grad_view = np.asarray(flat)
-        return self._grad_view, dict(zip(STAT_NAMES, stats.numpy().tolist()))
+        return (self._grad_view, dict(zip(STAT_NAMES, stats.numpy().tolist())),
+                per_sample.numpy() if per_sample.shape[0] else None)
 
     def apply(self, flat_grad: np.ndarray) -> None:
         # A single rank hands back the very array `gradients` returned: apply its tensor, which

@@ -33,6 +33,7 @@ from ddrl.acting.policy import RecurrentState
 from ddrl.acting.prioritized import PrioritizedReplay
 from ddrl.acting.replay import ReplayMemory
 from ddrl.acting.sequences import PrioritizedSequences, SequenceReplay
+from ddrl.algos.base import ReplayAlgorithm
 from ddrl.algos.batch import Batch
 from ddrl.algos.dqn import epsilon
 from ddrl.config import Config
@@ -181,11 +182,13 @@ class DQNActors(Actors):
         ranks')."""
         super().__init__(cfg, learner, rank, restart)
         a = cfg.dqn
+        # make_algorithm gives a DQN job the replay family.
+        self.algo: ReplayAlgorithm = learner.algo
         self.samplers = samplers(self)
         shape = (a.replay_frames, self.samplers.size, self.samplers.obs_shape,
                  self.samplers.obs_dtype, cfg.is_atari)
         if a.recurrent:
-            sequences = (*shape, a.recurrent, a.sequence_period, learner.algo.sequence + a.n_step)
+            sequences = (*shape, a.recurrent, a.sequence_period, self.algo.sequence + a.n_step)
             self.memory = (PrioritizedSequences(*sequences, a.priority_alpha, a.priority_beta)
                            if a.prioritized else SequenceReplay(*sequences))
         elif a.prioritized:
@@ -322,7 +325,7 @@ class DQNActors(Actors):
         predict = predict or self.learner.predict
         if state is not None:
             predict = partial(state.peek, predict, rows=rows)
-        value = self.learner.algo.state_value
+        value = self.algo.state_value
         return super().bootstrap_truncated(step, lambda obs: (None, value(predict(obs)[0])))
 
     def _epsilon(self) -> float:
@@ -371,17 +374,13 @@ class DQNActors(Actors):
         self._left = a.target_period // a.train_period - 1
 
     def _minibatch(self) -> Batch:
-        a = self.cfg.dqn
-        if a.recurrent:
-            return self._sequences()
         t0 = time.perf_counter()
         t = self._sample()
-        target_out, q_online = self._next_values(t.next_obs)
-        targets = self.learner.algo.replay_targets(t.rewards, t.dones, target_out, q_online)
+        batch = self.algo.replay_batch(t, self._next_values)
         self._sampled = t.index
         with self._lock:
             self.t_predict += time.perf_counter() - t0
-        return Batch(t.obs, t.actions, t.acted_at, {**targets, "weights": t.weights})
+        return batch
 
     def _sample(self):
         try:
@@ -397,23 +396,6 @@ class DQNActors(Actors):
             return self._both(*inputs)
         out = self.target.predict(*inputs)
         return out, out[0]
-
-    def _sequences(self) -> Batch:
-        """R2D2's minibatch: both networks unrolled over each sequence from its stored state
-        for the targets; the learner gets the burn-in and learned steps."""
-        a, algo = self.cfg.dqn, self.learner.algo
-        t0 = time.perf_counter()
-        t = self._sample()
-        inputs = (t.obs, t.starts, t.state[:, 0], t.state[:, 1])
-        target_out, q_online = self._next_values(*inputs)
-        targets = algo.sequence_targets(t.rewards, t.dones, target_out[0], q_online)
-        self._sampled = t.index
-        with self._lock:
-            self.t_predict += time.perf_counter() - t0
-        steps = algo.sequence
-        return Batch(t.obs[:, :steps], t.actions[:, a.burn_in:steps], t.acted_at,
-                     {**targets, "weights": t.weights, "starts": t.starts[:, :steps],
-                      "state": t.state})
 
     def close(self) -> None:
         self.samplers.stopped.set()

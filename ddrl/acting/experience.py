@@ -9,7 +9,7 @@ from typing import Callable
 
 import numpy as np
 
-from ddrl.algos.base import Algorithm, log_prob
+from ddrl.algos.base import RolloutAlgorithm, log_prob
 from ddrl.algos.batch import Batch, Rollout
 
 Predict = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -123,7 +123,7 @@ class ExperienceFifo:
         return parts
 
 
-def segments_batch(segments: list[Segment], algo: Algorithm, predict: Predict) -> Batch:
+def segments_batch(segments: list[Segment], algo: RolloutAlgorithm, predict: Predict) -> Batch:
     """The algorithm's targets on the segments, as one batch in the segments' order.
 
     Segments are right-aligned in a (T, N) time-major rollout, so each one's last step meets
@@ -160,7 +160,7 @@ def segments_batch(segments: list[Segment], algo: Algorithm, predict: Predict) -
     return Batch(obs, actions, flat("acted_at"), {k: v.T[real.T] for k, v in targets.items()})
 
 
-def sequences_batch(segments: list[Segment], algo: Algorithm, predict: Predict) -> Batch:
+def sequences_batch(segments: list[Segment], algo: RolloutAlgorithm, predict: Predict) -> Batch:
     """A recurrent network's batch: each segment one data point, a sequence of the same T
     steps (obs (T, ...), actions and targets (T,), the game starts, the state it was acted
     from). Off-policy algorithms get the learner's current policy and values by unrolling

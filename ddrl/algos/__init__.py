@@ -1,13 +1,13 @@
 """Learning algorithms: one module each, behind the interface in `base`."""
 from __future__ import annotations
 
-from ddrl.algos.base import STAT_NAMES, Algorithm
+from ddrl.algos.base import STAT_NAMES, Algorithm, ReplayAlgorithm, RolloutAlgorithm
 from ddrl.config import Config
 
-__all__ = ["STAT_NAMES", "Algorithm", "make_algorithm"]
+__all__ = ["STAT_NAMES", "Algorithm", "ReplayAlgorithm", "RolloutAlgorithm", "make_algorithm"]
 
 
-def make_algorithm(cfg: Config) -> Algorithm:
+def make_algorithm(cfg: Config) -> RolloutAlgorithm | ReplayAlgorithm:
     from ddrl.algos.actor_critic import A2C
     from ddrl.algos.dqn import DQN
     from ddrl.algos.ppo import PPO

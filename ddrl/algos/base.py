@@ -1,11 +1,15 @@
-"""What an algorithm owns: its targets on time-major rollouts, its loss, its minibatches.
+"""What an algorithm owns: its targets, its loss, its minibatches.
 
-The learner and the nodes are generic over this interface; the `/train` columns are
-`STAT_NAMES`, which every algorithm fills (NaN where a figure means nothing to it).
+Two families, two protocols. A rollout algorithm (A2C, PPO, V-trace, APPO) takes its targets
+from a time-major rollout the actors just played; a replay algorithm (DQN and its Rainbow
+parts, R2D2) from transitions or sequences drawn from a replay memory, bootstrapped with the
+networks the actors hold. The learner is generic over `Algorithm`, what both share; the
+`/train` columns are `STAT_NAMES`, which every algorithm fills (NaN where a figure means
+nothing to it).
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -18,15 +22,13 @@ STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "grad_norm", "appr
 
 
 class Algorithm(Protocol):
+    """What the learner needs of either family."""
+
     name: str
     # The Batch.targets fields its loss takes, in the order the learner passes them.
     fields: tuple[str, ...]
     # Each field's shape per data point where it is not one number (a distribution).
     target_shapes: dict[str, tuple[int, ...]]
-    # True: the targets correct for the lag between the acting and the learning policy, so
-    # the node hands them the learner's current policy and values on the rollout (V-trace);
-    # False: the actor's values serve.
-    off_policy: bool
     # The network's outputs: "actor_critic" (policy logits, value) or a Q head ("q",
     # "dueling", each also "_categorical"); see `ddrl.models.build_model`.
     head: str
@@ -45,18 +47,39 @@ class Algorithm(Protocol):
         """The network's two outputs on a minibatch's observations (a recurrent network:
         unrolled from the state the targets carry)."""
 
-    def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
-        """Per-step (T, N) targets of one rollout (the actor-critic algorithms; DQN's come
-        from replayed transitions, `DQN.replay_targets`)."""
-
     def loss(self, logits: tf.Tensor, values: tf.Tensor, actions: tf.Tensor,
              targets: dict[str, tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
         """The scalar to minimise and the statistics named in STAT_NAMES (grad_norm aside);
-        optionally `per_sample`, a figure per data point the node reads back from
-        `Learner.per_sample` (prioritized replay's TD errors)."""
+        optionally `per_sample`, a figure per data point that `Learner.gradients` returns
+        beside the gradient (prioritized replay's TD errors)."""
 
     def minibatches(self, batch: Batch, rng: np.random.Generator) -> list[Batch]:
-        """The gradient steps one rollout makes, in order."""
+        """The gradient steps one batch makes, in order."""
+
+
+class RolloutAlgorithm(Algorithm, Protocol):
+    # True: the targets correct for the lag between the acting and the learning policy, so
+    # the actors hand them the learner's current policy and values on the rollout
+    # (V-trace); False: the actor's values serve.
+    off_policy: bool
+
+    def targets(self, rollout: Rollout) -> dict[str, np.ndarray]:
+        """Per-step (T, N) targets of one rollout."""
+
+
+# The networks a replay algorithm bootstraps with, on a sample's observations: the target
+# network's outputs, and the Q whose argmax picks the bootstrap's action (the online
+# network's under Double DQN, else the target's).
+NextValues = Callable[..., tuple[tuple[np.ndarray, ...], np.ndarray]]
+
+
+class ReplayAlgorithm(Algorithm, Protocol):
+    def replay_batch(self, sample, values: NextValues) -> Batch:
+        """The minibatch of a sample drawn from the replay memory, targets computed: the
+        n-step returns (or their distribution) bootstrapped with `values`."""
+
+    def state_value(self, q: np.ndarray) -> np.ndarray:
+        """max_a Q in reward units (what a time-limit cut bootstraps with)."""
 
 
 class OneStep:

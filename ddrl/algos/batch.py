@@ -28,7 +28,7 @@ class Batch:
 class Rollout:
     """(T, N) time-major arrays of N simulators' steps; `bootstrap` (N,) values the state after
     the last step. `values` and `bootstrap` are the critic's: the actor's for on-policy
-    algorithms, the learner's current ones for off-policy ones (`Algorithm.off_policy`)."""
+    algorithms, the learner's current ones for off-policy ones (`RolloutAlgorithm.off_policy`)."""
 
     rewards: np.ndarray
     dones: np.ndarray

@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from ddrl.algos.actor_critic import nstep_returns
-from ddrl.algos.base import OneStep
+from ddrl.algos.base import NextValues, OneStep
 from ddrl.algos.batch import Batch
 from ddrl.config import Config
 
@@ -84,7 +84,6 @@ class DQN(OneStep):
     the priorities."""
 
     name = "dqn"
-    off_policy = False
 
     def __init__(self, cfg: Config):
         a = cfg.dqn
@@ -97,9 +96,16 @@ class DQN(OneStep):
         self.target_shapes = {"distribution": (a.atoms,)} if self.categorical else {}
 
     def state_value(self, q: np.ndarray) -> np.ndarray:
-        """max_a Q in reward units (what a time-limit cut bootstraps with)."""
         v = q.max(-1)
         return unrescale(v) if self.rescale else v
+
+    def replay_batch(self, sample, values: NextValues) -> Batch:
+        """`sample`: B transitions (obs, actions, acted_at, importance weights) with the n
+        rewards and dones after each and the observations n steps on."""
+        target_out, q_online = values(sample.next_obs)
+        targets = self.replay_targets(sample.rewards, sample.dones, target_out, q_online)
+        return Batch(sample.obs, sample.actions, sample.acted_at,
+                     {**targets, "weights": sample.weights})
 
     def replay_targets(self, rewards: np.ndarray, dones: np.ndarray,
                        target_out: tuple[np.ndarray, np.ndarray],

@@ -11,6 +11,8 @@ import numpy as np
 import tensorflow as tf
 
 from ddrl.algos.actor_critic import nstep_returns
+from ddrl.algos.base import NextValues
+from ddrl.algos.batch import Batch
 from ddrl.algos.dqn import DQN, bootstrap_values, huber, rescale, unrescale
 from ddrl.config import Config
 
@@ -53,6 +55,18 @@ class R2D2(DQN):
             h, c = tf.stop_gradient(h), tf.stop_gradient(c)
         q, q_max, _, _ = model([obs[:, b:], starts[:, b:], h, c], training=training)
         return q, q_max
+
+    def replay_batch(self, sample, values: NextValues) -> Batch:
+        """`sample`: B sequences of burn-in + sequence + n steps, each from its stored state.
+        Both networks unroll over the whole sequence for the targets; the learner gets the
+        burn-in and learned steps."""
+        target_out, q_online = values(sample.obs, sample.starts, sample.state[:, 0],
+                                      sample.state[:, 1])
+        targets = self.sequence_targets(sample.rewards, sample.dones, target_out[0], q_online)
+        steps = self.sequence
+        return Batch(sample.obs[:, :steps], sample.actions[:, self.burn_in:steps],
+                     sample.acted_at, {**targets, "weights": sample.weights,
+                                       "starts": sample.starts[:, :steps], "state": sample.state})
 
     def sequence_targets(self, rewards: np.ndarray, dones: np.ndarray, q_target: np.ndarray,
                          q_online: np.ndarray) -> dict[str, np.ndarray]:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from ddrl.algos.base import Algorithm
+from ddrl.algos.base import RolloutAlgorithm
 from ddrl.algos.batch import Batch, Rollout
 from ddrl.config import Config
 
 
 class OverSequences:
-    def __init__(self, cfg: Config, inner: Algorithm):
+    def __init__(self, cfg: Config, inner: RolloutAlgorithm):
         t, units = cfg.node.t_max, cfg.algo.recurrent
         self.inner = inner
         self.name, self.off_policy, self.head = inner.name, inner.off_policy, inner.head

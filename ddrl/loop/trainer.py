@@ -103,9 +103,9 @@ class Trainer:
         for i, rank in enumerate(ranks):  # more than one: virtual ranks (acting/virtual.py)
             part = rank.next_batch()
             t1 = time.perf_counter()
-            grad, part_stats = self.learner.gradients(part)
+            grad, part_stats, per_sample = self.learner.gradients(part)
             t_train += time.perf_counter() - t1
-            rank.learned(self.learner.per_sample)
+            rank.learned(per_sample)
             points += len(part)
             if i == 0:  # the first rank's batch and figures are logged, as rank 0's are
                 batch, stats = part, part_stats

@@ -36,7 +36,6 @@ class FakeLearner:
     """Plain SGD on a vector; `gradients` hands out what `grads(update)` says."""
 
     recurrent = 0
-    per_sample = None
 
     def __init__(self, grads=lambda update: np.ones(PARAMS, np.float32)):
         self.weights = np.zeros(PARAMS, np.float32)
@@ -47,9 +46,9 @@ class FakeLearner:
         self._grads = grads
         self._calls = 0
 
-    def gradients(self, batch: Batch) -> tuple[np.ndarray, dict[str, float]]:
+    def gradients(self, batch: Batch) -> tuple[np.ndarray, dict[str, float], None]:
         self._calls += 1
-        return self._grads(self._calls), {"loss": 1.0, "entropy": 0.5}
+        return self._grads(self._calls), {"loss": 1.0, "entropy": 0.5}, None
 
     def apply(self, grad: np.ndarray) -> None:
         self.weights = self.weights - self.lr * grad
