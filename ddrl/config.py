@@ -15,7 +15,7 @@ import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import tomli_w
 
@@ -582,7 +582,8 @@ def identity_changes(cfg: Config, saved_toml: str) -> list[str]:
 
 
 def validate(cfg: Config) -> None:
-    """Choices, ranges and the combinations of keys that cannot work together."""
+    """Choices, ranges and the combinations of keys that cannot work together (a placement's
+    own combinations are its module's: `load_config`'s `checks`)."""
     values = flat_values(cfg)
     for key, choices in _CHOICES.items():
         if values[key] not in choices:
@@ -641,19 +642,6 @@ def validate(cfg: Config) -> None:
     if cfg.node.mode == "ba3c" and cfg.algo.minibatches > cfg.node.batch_size:
         raise DdrlError("config key algo.minibatches: more minibatches than data points in a "
                         "batch (node.batch_size)")
-    if cfg.optim.lr_schedule != "constant" and cfg.sync.mode == "ps":
-        raise DdrlError("config key optim.lr_schedule: parameter servers keep a constant "
-                        "learning rate; use sync.mode = 'allreduce'")
-    if cfg.optim.warmup_frames and cfg.sync.mode == "ps":
-        raise DdrlError("config key optim.warmup_frames: parameter servers keep a constant "
-                        "learning rate; use sync.mode = 'allreduce'")
-    if cfg.sync.virtual_ranks > 1 and cfg.sync.mode != "allreduce":
-        # k-of-n and central inference depend on when each rank's message arrives, which a
-        # process that computes its ranks one after another cannot rehearse.
-        raise DdrlError(f"config key sync.virtual_ranks: {cfg.sync.virtual_ranks} virtual ranks "
-                        f"need sync.mode = 'allreduce' (not {cfg.sync.mode!r})")
-    if cfg.sync.mode == "ps" and cfg.sync.ps < 1:
-        raise DdrlError("config key sync.ps: sync.mode = 'ps' needs at least 1 parameter server")
     _validate_dqn(cfg)
     if cfg.model.arch == "ddrl" and cfg.env.size < 52:
         raise DdrlError("config key env.size: the 'ddrl' net needs frames of at least 52x52")
@@ -681,9 +669,6 @@ def _validate_dqn(cfg: Config) -> None:
     if not dqn_algo:
         return
     a = cfg.dqn
-    if cfg.sync.mode == "ps":
-        raise DdrlError("config key sync.mode: DQN sums every minibatch gradient across ranks; "
-                        "use sync.mode = 'allreduce'")
     if a.concurrent and a.target_period % a.train_period:
         raise DdrlError(f"config key dqn.target_period: {a.target_period} is not a multiple of "
                         f"dqn.train_period ({a.train_period}), so concurrent training cannot "
@@ -708,11 +693,14 @@ def _validate_dqn(cfg: Config) -> None:
 
 def load_config(path: str | Path | None, overrides: list[str] = (),
                 check_env: Callable[[str], None] | None = None,
-                note: Callable[[str], None] | None = None) -> Config:
+                note: Callable[[str], None] | None = None,
+                checks: Sequence[Callable[[Config], None]] = ()) -> Config:
     """Defaults, then the job file, then `key=value` overrides; validated as a whole.
     `check_env` (`ddrl.envs.check_env_id` for anything that runs the game) vets the game id
     first, since other checks depend on the kind of game; config itself knows no simulators.
-    `note` takes the one-line notes on renamed keys (default: standard error)."""
+    `checks` come from the floors above after validation (the placement's: see
+    `ddrl.placement.load_job`). `note` takes the one-line notes on renamed keys (default:
+    standard error)."""
     note = note or (lambda line: say(line, err=True))
     cfg = Config()
     given: set[str] = set()
@@ -736,4 +724,6 @@ def load_config(path: str | Path | None, overrides: list[str] = (),
     if check_env is not None:
         check_env(cfg.env.id)
     validate(cfg)
+    for check in checks:
+        check(cfg)
     return cfg

@@ -110,8 +110,7 @@ def measure(job: str, sets: list[str], hosts: int, rate: str, seconds: float,
 def run(args: argparse.Namespace) -> int:
     from ddrl.bench.scaling import gradient_bytes
     from ddrl.bench.simhosts import available, parse_rate
-    from ddrl.config import load_config
-    from ddrl.envs import check_env_id
+    from ddrl.placement import load_job
 
     reason = available()
     if reason:
@@ -121,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or any(h < 2 for h in args.hosts):
         raise DdrlError("bench central: need --seconds > 0 and --hosts >= 2 (a learner and an "
                         "actor)")
-    cfg = load_config(args.job, [*args.set, "node.mode=ba3c"], check_env=check_env_id)
+    cfg = load_job(args.job, [*args.set, "node.mode=ba3c"])
     nbytes = gradient_bytes(cfg)
     print(f"ddrl bench central {args.job}: {cfg.env.id}, {cfg.model.arch}, {cfg.algo.name}, "
           f"{cfg.node.n_sim} simulators per group, {cfg.central.groups} groups per actor; "

@@ -46,9 +46,9 @@ CALL_REPEATS = 200
 def run(args: argparse.Namespace) -> int:
     from ddrl.bench.node import measure_training
     from ddrl.commands.info import cpu_summary
-    from ddrl.config import load_config
+    from ddrl.placement import load_job
 
-    base = load_config(args.job, args.set)
+    base = load_job(args.job, args.set)
     if base.algo.name != "dqn":
         raise DdrlError(f"{args.job}: not a DQN job (algo.name = {base.algo.name!r})")
     if args.calls is not None:
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
                 continue  # one sampler has nothing to synchronize with
             sets = [*args.set, *VARIANTS[variant], f"dqn.samplers={w}",
                     f"dqn.eps_start={args.epsilon}", f"dqn.eps_final={args.epsilon}"]
-            load_config(args.job, sets)
+            load_job(args.job, sets)
             fig = measure_training(args.job, sets, args.seconds, base.env.frame_skip)
             # Updates, not frames: concurrent training adds its frames at each target update.
             steps_per_s = fig.data_points / base.node.batch_size * a.train_period

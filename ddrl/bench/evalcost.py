@@ -29,15 +29,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ddrl.bench.node import measure_training
     from ddrl.commands.info import cpu_summary
-    from ddrl.config import load_config
     from ddrl.cpus import cores_per_rank
-    from ddrl.envs import check_env_id, frames_per_step
+    from ddrl.envs import frames_per_step
+    from ddrl.placement import load_job
 
     if args.seconds <= 0 or args.pairs < 1 or args.ranks < 1:
         raise DdrlError("--seconds must be > 0, --pairs and --ranks >= 1")
     if args.start_from is not None and not args.start_from.is_dir():
         raise DdrlError(f"--from {args.start_from}: no such run directory")
-    cfg = load_config(args.job, args.set, check_env=check_env_id)
+    cfg = load_job(args.job, args.set)
     if not cfg.eval.episodes:
         raise DdrlError(f"{args.job}: eval.episodes = 0, nothing to measure")
     print(f"ddrl bench eval {args.job}: {cfg.env.id}, {args.ranks} rank(s), {cpu_summary()}; "

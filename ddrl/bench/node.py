@@ -243,13 +243,12 @@ def ceilings(cfg, learner, node_cls, obs_shape: tuple[int, ...], obs_dtype: np.d
 
 
 def run(args: argparse.Namespace) -> int:
-    from ddrl.config import load_config
     from ddrl.cpus import configure_tensorflow, cores_per_rank
-    from ddrl.envs import check_env_id
+    from ddrl.placement import load_job
 
     if args.seconds <= 0 or args.ranks < 1:
         raise DdrlError("--seconds must be > 0 and --ranks >= 1")
-    cfg = load_config(args.job, args.set, check_env=check_env_id)
+    cfg = load_job(args.job, args.set)
     if cfg.node.mode == "dqn":
         raise DdrlError("a DQN job: its speed test is `ddrl bench dqn JOB`")
     if cfg.algo.recurrent:

@@ -47,13 +47,12 @@ def run(args: argparse.Namespace) -> int:
     from analysis.load import load_run
     from analysis.plots import plot_learning_curves, save
     from analysis.scores import first_reaching
-    from ddrl.config import load_config
-    from ddrl.envs import check_env_id
+    from ddrl.placement import load_job
 
-    cfg = load_config(args.job, args.set, check_env=check_env_id)
+    cfg = load_job(args.job, args.set)
     target = cfg.eval.target
     for algo in args.algos:  # every variant's settings refused now, not after hours of runs
-        load_config(args.job, settings(args, algo, args.seeds[0]), check_env=check_env_id)
+        load_job(args.job, settings(args, algo, args.seeds[0]))
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
         raise DdrlError(f"--out {out}: not empty (the runs would mix with earlier ones)")

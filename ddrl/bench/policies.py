@@ -23,14 +23,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ddrl.commands.info import cpu_summary
-    from ddrl.config import load_config
-    from ddrl.envs import action_names, check_env_id, frames_per_step
+    from ddrl.envs import action_names, frames_per_step
     from ddrl.loop.evaluator import play_games
+    from ddrl.placement import load_job
     from ddrl.seeding import SEED_LIMIT
 
     if not 0 <= args.seed < SEED_LIMIT:
         raise DdrlError(f"--seed {args.seed}: must be in [0, {SEED_LIMIT})")
-    cfg = load_config(args.job, args.set, check_env=check_env_id)
+    cfg = load_job(args.job, args.set)
     episodes = cfg.eval.episodes if args.episodes is None else args.episodes
     if episodes < 1:
         raise DdrlError(f"--episodes {episodes}: at least 1 game per policy")

@@ -138,15 +138,14 @@ def allreduce_seconds(nodes: int, nbytes: float, rate_bits: float, latency: floa
 def run(args: argparse.Namespace) -> int:
     from ddrl.bench.scaling import gradient_bytes
     from ddrl.bench.simhosts import parse_rate
-    from ddrl.config import load_config
-    from ddrl.envs import check_env_id
+    from ddrl.placement import load_job
 
     if args.cores_per_node < 1 or any(n < 1 for n in args.nodes) or \
             not 0 < args.link_share <= 1:
         raise DdrlError("bench project: need --nodes >= 1, --cores-per-node >= 1, "
                         "0 < --link-share <= 1")
     rates = {text: parse_rate(text) for text in args.link}
-    cfg = load_config(args.job, args.set, check_env=check_env_id)
+    cfg = load_job(args.job, args.set)
     nbytes = gradient_bytes(cfg)
     points = measure(args.runs, args.target, args.run_cores)
     # One rank per core, as the recipes bind them: a rank's batch is what one core simulates,

@@ -83,9 +83,9 @@ def run(args: argparse.Namespace) -> int:
         raise DdrlError("stable-baselines3 is not installed: pip install 'ddrl[sb3]' "
                         "(install a CPU-only torch build first)")
     from ddrl.bench.node import measure_training, warmup_seconds
-    from ddrl.config import load_config
     from ddrl.cpus import cores_per_rank
     from ddrl.envs import check_env_id
+    from ddrl.placement import load_job
 
     if args.seconds <= 0 or args.rounds < 1:
         raise DdrlError("--seconds must be > 0 and --rounds >= 1")
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     check_env_id(args.game)
     base = [f"env.id={args.game}", f"node.n_sim={N_ENVS}", "model.arch=nature",
             "sync.backend=none", *args.set]
-    configs = {m: load_config(None, [f"node.mode={m}", *MODES[m], *base], check_env=check_env_id)
+    configs = {m: load_job(None, [f"node.mode={m}", *MODES[m], *base])
                for m in args.modes}
     threads = cores_per_rank(next(iter(configs.values())).node.threads, 1)
     print(f"compare-sb3 {args.game}: {N_ENVS} simulators, Nature CNN, {N_ENVS * N_STEPS} data "

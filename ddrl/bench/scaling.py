@@ -185,8 +185,7 @@ def gradient_bytes(cfg) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from ddrl.bench.simhosts import available, parse_rate
-    from ddrl.config import load_config
-    from ddrl.envs import check_env_id
+    from ddrl.placement import load_job
 
     reason = available()
     if reason:
@@ -196,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         parse_rate(rate)
     if args.seconds <= 0 or any(h < 1 for h in args.hosts) or any(p < 1 for p in args.predict):
         raise DdrlError("bench scaling: need --seconds > 0, --hosts >= 1, --predict >= 1")
-    cfg = load_config(args.job, args.set, check_env=check_env_id)
+    cfg = load_job(args.job, args.set)
     servers = cfg.sync.ps if cfg.sync.mode == "ps" else 0
     nbytes = gradient_bytes(cfg)
     link = calibrate(args.rate, args.repeat, args.allreduce)

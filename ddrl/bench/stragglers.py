@@ -51,14 +51,13 @@ def measure(job: str, overrides: list[str], workers: int, servers: int, seconds:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ddrl.config import load_config
     from ddrl.distributed.ps import quorum
-    from ddrl.envs import check_env_id
+    from ddrl.placement import load_job
 
     w, slow = args.workers, args.workers - 1
     if w < 2 or args.servers < 1 or args.seconds <= 0 or args.slow_factor <= 1:
         raise DdrlError("need --workers >= 2, --servers >= 1, --seconds > 0, --slow-factor > 1")
-    cfg = load_config(args.job, args.set, check_env=check_env_id)
+    cfg = load_job(args.job, args.set)
     k = quorum(args.aggregate, w)
     straggler = [f"debug.slow_ranks=[{slow}]", f"debug.slow_factor={args.slow_factor}"]
     print(f"[ddrl] stragglers: {cfg.env.id}, {w} workers + {args.servers} server(s), worker "

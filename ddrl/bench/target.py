@@ -28,12 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ddrl.commands import sweep
     from ddrl.commands.info import cpu_summary
-    from ddrl.config import load_config
-    from ddrl.envs import check_env_id
+    from ddrl.placement import load_job
 
     if args.seeds < 1:
         raise DdrlError(f"--seeds {args.seeds}: at least 1")
-    cfg = load_config(args.job, args.set, check_env=check_env_id)
+    cfg = load_job(args.job, args.set)
     if cfg.eval.target is None:
         raise DdrlError(f"{args.job}: no eval.target to reach (set one with --set eval.target=X)")
     args.out.mkdir(parents=True, exist_ok=True)

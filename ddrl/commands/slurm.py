@@ -17,10 +17,8 @@ import sys
 from pathlib import Path
 
 from ddrl.commands.args import job_file, positive_int
-from ddrl.config import load_config
-from ddrl.envs import check_env_id
 from ddrl.errors import DdrlError
-from ddrl.placement import placement_of
+from ddrl.placement import load_job, placement_of
 from ddrl.rundir import checkpoint, default_run_dir, hold
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "slurm"
@@ -104,7 +102,7 @@ def task_config(job: str, sets: list[str], sweep: str | None,
                 job = word
             else:
                 sets.append(word)
-    cfg = load_config(job, sets, check_env=check_env_id)
+    cfg = load_job(job, sets)
     if sweep is None and task is not None:
         # Arrays without a sweep are seed replicas: the job's seed plus the task id.
         sets.append(f"run.seed={cfg.run.seed + task}")
@@ -261,7 +259,7 @@ def _validated_runs(args: argparse.Namespace) -> tuple[int | None, str | None]:
     """Check the job file and overrides (each sweep line's); the number of sweep runs, and
     the template the job's placement needs whatever the options (central mode's)."""
     if args.sweep is None:
-        cfg = load_config(args.job, args.set, check_env=check_env_id)
+        cfg = load_job(args.job, args.set)
         return None, placement_of(cfg).slurm_template
     n_runs = len(sweep_lines(args.sweep))
     for task in range(n_runs):

@@ -10,10 +10,10 @@ import traceback
 from pathlib import Path
 
 from ddrl.commands.args import job_file
-from ddrl.config import Config, load_config
-from ddrl.envs import check_env_id
+from ddrl.config import Config
 from ddrl.errors import DdrlError, EveryRankError, storage_errors
 from ddrl.output import say
+from ddrl.placement import load_job
 from ddrl.rundir import checkpoint, default_run_dir, hold, prepare, remove_leftovers, wandb_writer
 from ddrl.rundir.tensorboard import EventWriter, start_timestamp
 from ddrl.signals import StopSignals
@@ -41,8 +41,7 @@ def _run(args: argparse.Namespace, signals: StopSignals) -> int:
 
     quiet = launcher_rank() != 0  # every rank reads the job: one copy of each note is enough
     try:
-        cfg = load_config(args.job, args.set, check_env=check_env_id,
-                          note=(lambda line: None) if quiet else None)
+        cfg = load_job(args.job, args.set, note=(lambda line: None) if quiet else None)
         world = discover(need_mpi=False)
         check_world(cfg, world.size)
         wandb_writer.check_installed(cfg)

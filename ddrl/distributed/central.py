@@ -73,12 +73,6 @@ def check(cfg: Config, world_size: int) -> None:
     if world_size < 2:
         raise DdrlError(f"sync.mode = 'central' needs a learner and at least one actor rank, "
                         f"got {world_size} rank(s)")
-    if cfg.sync.backend != "mpi":
-        raise DdrlError("sync.mode = 'central' sends with mpi4py point to point: set "
-                        "sync.backend = 'mpi'")
-    if cfg.node.mode not in ("ba3c", "dqn"):
-        raise DdrlError("sync.mode = 'central': the learner runs the ba3c node (its FIFO of "
-                        "unrolls) or DQN's (its replay memory); set node.mode = 'ba3c' or 'dqn'")
 
 
 def split(world: World) -> Any:

@@ -69,16 +69,11 @@ def check(cfg: Config, world_size: int) -> Layout:
     if world_size <= s.ps:
         raise DdrlError(f"sync.mode = 'ps' with sync.ps = {s.ps} needs at least {s.ps + 1} ranks "
                         f"(one worker or more), got {world_size}")
-    if s.backend != "mpi":
-        raise DdrlError("sync.mode = 'ps' sends with mpi4py point to point: set sync.backend = 'mpi'")
     layout = Layout.of(s.ps, world_size)
     servers = [r for r in cfg.debug.slow_ranks if r >= layout.workers]
     if servers:
         raise DdrlError(f"config key debug.slow_ranks: rank {servers[0]} is a parameter server "
                         f"(workers are ranks 0..{layout.workers - 1})")
-    if s.async_ and s.aggregate != 1:
-        raise DdrlError("config key sync.aggregate: with sync.async = true every gradient is "
-                        "applied on arrival; k-of-n is for synchronous updates")
     quorum(s.aggregate, layout.workers)
     return layout
 

@@ -3,7 +3,8 @@
 A placement says which ranks train, which serve (parameter servers) and which only simulate
 (central mode's actors); the sync a trainer gets and the actors it drives; its own check of
 the config against the world; and the Slurm template it needs. `ddrl.commands.train` asks it, in this
-order: `check` (before anything heavy), `start` (the layout's collectives), `trains` and
+order: `check_config` (wherever a job file is read: `load_job`), `check` (against the
+world, before anything heavy), `start` (the layout's collectives), `trains` and
 `serve` for the ranks that do not train, then `sync` and `actors` for those that do.
 
 A new placement is a module here with a class of this shape and one line in PLACEMENTS.
@@ -13,8 +14,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Protocol
 
-from ddrl.config import Config
+from ddrl.config import Config, load_config
 from ddrl.distributed.world import World
+from ddrl.errors import DdrlError
 
 if TYPE_CHECKING:  # both bring TensorFlow, which the config check must not wait for
     import numpy as np
@@ -36,6 +38,11 @@ class Placement(Protocol):
     # The sbatch template under slurm/ the job needs whatever `ddrl slurm`'s options say
     # (central mode's heterogeneous job), or None: the options choose (one node type).
     slurm_template: str | None
+
+    @staticmethod
+    def check_config(cfg: Config) -> None:
+        """The combinations of keys this placement cannot run, whatever the world: `ddrl
+        slurm`, `sweep` and every `bench` refuse them as `ddrl train` does."""
 
     @staticmethod
     def check(cfg: Config, world_size: int) -> None:
@@ -85,6 +92,27 @@ class NodeRanks:
 
 def placement_of(cfg: Config) -> type[Placement]:
     return importlib.import_module(PLACEMENTS[cfg.sync.mode]).PLACEMENT
+
+
+def no_virtual_ranks(cfg: Config) -> None:
+    """For placements whose outcome depends on when each rank's message arrives (k-of-n,
+    asynchronous updates, central inference), which a process that computes its ranks one
+    after another cannot rehearse."""
+    if cfg.sync.virtual_ranks > 1:
+        raise DdrlError(f"config key sync.virtual_ranks: {cfg.sync.virtual_ranks} virtual ranks "
+                        f"need sync.mode = 'allreduce' (not {cfg.sync.mode!r})")
+
+
+def check_config(cfg: Config) -> None:
+    placement_of(cfg).check_config(cfg)
+
+
+def load_job(job, overrides: list[str] = (), note=None) -> Config:
+    """A job file and `--set` overrides as a config every floor has checked: the game
+    (`ddrl.envs`), the keys (`ddrl.config`), the placement's combinations (`check_config`)."""
+    from ddrl.envs import check_env_id
+
+    return load_config(job, overrides, check_env=check_env_id, note=note, checks=(check_config,))
 
 
 def check_world(cfg: Config, world_size: int) -> None:

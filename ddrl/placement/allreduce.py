@@ -14,12 +14,15 @@ class AllReduce(NodeRanks):
     slurm_template = None
 
     @staticmethod
-    def check(cfg: Config, world_size: int) -> None:
+    def check_config(cfg: Config) -> None:
         if cfg.sync.aggregate != 1 or cfg.sync.async_:
             # A collective completes only when every rank has joined it and cannot be
             # cancelled, so neither leaving out late ranks nor applying early ones fits it.
             raise DdrlError("sync.aggregate != 1 (k-of-n) and sync.async = true need "
                             "sync.mode = 'ps'")
+
+    @staticmethod
+    def check(cfg: Config, world_size: int) -> None:
         if world_size > 1 and cfg.sync.backend == "none":
             raise DdrlError(f"{world_size} ranks but sync.backend = 'none': use 'mpi' or "
                             "'horovod'")

@@ -6,11 +6,33 @@ from __future__ import annotations
 
 from ddrl.config import Config
 from ddrl.distributed.ps import Layout, check, is_server
-from ddrl.placement import NodeRanks
+from ddrl.errors import DdrlError
+from ddrl.placement import NodeRanks, no_virtual_ranks
 
 
 class ParameterServers(NodeRanks):
     slurm_template = None
+
+    @staticmethod
+    def check_config(cfg: Config) -> None:
+        no_virtual_ranks(cfg)
+        s = cfg.sync
+        if s.ps < 1:
+            raise DdrlError("config key sync.ps: sync.mode = 'ps' needs at least 1 parameter server")
+        if s.backend != "mpi":
+            raise DdrlError("sync.mode = 'ps' sends with mpi4py point to point: set sync.backend = 'mpi'")
+        if s.async_ and s.aggregate != 1:
+            raise DdrlError("config key sync.aggregate: with sync.async = true every gradient is "
+                            "applied on arrival; k-of-n is for synchronous updates")
+        if cfg.algo.name == "dqn":
+            raise DdrlError("config key sync.mode: DQN sums every minibatch gradient across ranks; "
+                            "use sync.mode = 'allreduce'")
+        # The servers run Adam with the rate they started with.
+        for key, value in (("lr_schedule", cfg.optim.lr_schedule != "constant"),
+                           ("warmup_frames", cfg.optim.warmup_frames)):
+            if value:
+                raise DdrlError(f"config key optim.{key}: parameter servers keep a constant "
+                                "learning rate; use sync.mode = 'allreduce'")
 
     @staticmethod
     def check(cfg: Config, world_size: int) -> None:

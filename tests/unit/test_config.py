@@ -10,6 +10,7 @@ import pytest
 
 from ddrl.config import Config, identity_changes, load_config
 from ddrl.errors import DdrlError
+from ddrl.placement import load_job
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
 
@@ -69,24 +70,24 @@ def test_ba3c_minibatches_must_fit_its_batch():
 ])
 def test_dqn_refuses_what_cannot_work(override, message):
     with pytest.raises(DdrlError, match=re.escape(message)):
-        load_config(JOBS / "pong-dqn.toml", [override, "sync.ps=1"])
+        load_job(JOBS / "pong-dqn.toml", [override, "sync.ps=1"])
 
 
 @pytest.mark.parametrize("mode", ["sync.mode=ps", "sync.mode=central"])
 def test_virtual_ranks_need_an_allreduce(mode):
     with pytest.raises(DdrlError, match=re.escape("config key sync.virtual_ranks: 4 virtual ranks "
                                                   "need sync.mode = 'allreduce'")):
-        load_config(JOBS / "pong-ppo.toml", ["sync.virtual_ranks=4", mode, "sync.ps=1"])
+        load_job(JOBS / "pong-ppo.toml", ["sync.virtual_ranks=4", mode, "sync.ps=1"])
 
 
 def test_ps_mode_refuses_a_warm_up():
     with pytest.raises(DdrlError, match="optim.warmup_frames"):
-        load_config(JOBS / "pong-ppo.toml", ["optim.warmup_frames=1000", "sync.mode=ps", "sync.ps=1"])
+        load_job(JOBS / "pong-ppo.toml", ["optim.warmup_frames=1000", "sync.mode=ps", "sync.ps=1"])
 
 
 def test_ps_mode_refuses_a_learning_rate_schedule():
     with pytest.raises(DdrlError, match="optim.lr_schedule"):
-        load_config(JOBS / "pong-ppo.toml", ["optim.lr_schedule=linear", "sync.mode=ps", "sync.ps=1"])
+        load_job(JOBS / "pong-ppo.toml", ["optim.lr_schedule=linear", "sync.mode=ps", "sync.ps=1"])
 
 
 def test_config_knows_no_simulators_and_runs_the_game_check_it_is_given():
@@ -189,3 +190,15 @@ def test_every_line_of_the_shipped_sweep_files_is_a_valid_run():
             job, sets = task_config(str(JOBS.parent / main_job[1]), [], str(sweep), task)
             check_env_id(load_config(job, sets).env.id)
             assert sets == [w for w in words if not w.endswith(".toml")]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["sync.mode=central", "node.mode=a2c"], "sync.mode = 'central': the learner runs the ba3c node"),
+    (["sync.mode=ps", "sync.ps=1", "sync.backend=horovod"], "sync.mode = 'ps' sends with mpi4py"),
+    (["sync.aggregate=2"], "sync.aggregate != 1 (k-of-n) and sync.async = true need"),
+])
+def test_a_placements_own_checks_run_wherever_a_job_is_read(overrides, message):
+    # The keys alone are valid; the placement that sync.mode names refuses them.
+    load_config(JOBS / "pong-ppo.toml", overrides)
+    with pytest.raises(DdrlError, match=re.escape(message)):
+        load_job(JOBS / "pong-ppo.toml", overrides)

@@ -6,11 +6,23 @@ from __future__ import annotations
 from ddrl.config import Config
 from ddrl.distributed import central
 from ddrl.distributed.world import World
+from ddrl.errors import DdrlError
+from ddrl.placement import no_virtual_ranks
 
 
 class Central:
     # A heterogeneous job: the learner's component and the actors' (slurm/central.sbatch).
     slurm_template = "central.sbatch"
+
+    @staticmethod
+    def check_config(cfg: Config) -> None:
+        no_virtual_ranks(cfg)
+        if cfg.sync.backend != "mpi":
+            raise DdrlError("sync.mode = 'central' sends with mpi4py point to point: set "
+                            "sync.backend = 'mpi'")
+        if cfg.node.mode not in ("ba3c", "dqn"):
+            raise DdrlError("sync.mode = 'central': the learner runs the ba3c node (its FIFO of "
+                            "unrolls) or DQN's (its replay memory); set node.mode = 'ba3c' or 'dqn'")
 
     @staticmethod
     def check(cfg: Config, world_size: int) -> None:
