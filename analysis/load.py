@@ -42,7 +42,7 @@ class Run:
         return self.tables[table]
 
     def setting(self, key: str, default: Any = None) -> Any:
-        """A config value by its dotted key, e.g. `run.setting("node.batch_size")`."""
+        """A config value by its dotted key, e.g. `run.setting("acting.batch_size")`."""
         return current_keys(_flat(self.config)).get(key, default)
 
     def flat_config(self) -> dict[str, Any]:
@@ -86,10 +86,10 @@ class Run:
         if train is not None and len(train):
             first = train.iloc[0]
             return self.workers * int(round(first["effective_batch"] / max(first["contributors"], 1)))
-        if self.setting("node.mode") == "a2c":
-            per_rank = int(self.setting("node.n_sim", 1)) * int(self.setting("node.t_max", 1))
+        if self.setting("acting.mode") == "a2c":
+            per_rank = int(self.setting("acting.n_sim", 1)) * int(self.setting("acting.t_max", 1))
         else:
-            per_rank = int(self.setting("node.batch_size", 1))
+            per_rank = int(self.setting("acting.batch_size", 1))
         return self.workers * per_rank
 
     @property

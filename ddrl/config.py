@@ -4,7 +4,7 @@ Config keys are the public interface (job files and `--set key=value` use them),
 field is declared once (`setting`: default, doc line, choices or bounds), from which the
 docs' reference is built (`ddrl/config_docs.py`) and values are validated with a one-line
 error naming the key. A key that moved keeps working under its old
-name (`RENAMED`), with a one-line note.
+name (`RENAMED`, `RENAMED_SECTIONS`), with a one-line note.
 """
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ class RunConfig:
 
 
 @dataclass
-class NodeConfig:
+class ActingConfig:
     mode: str = setting("ba3c", choices=('ba3c', 'a2c', 'dqn'),
         doc="`ba3c`: asynchronous predictors and a FIFO (the paper); `a2c`: synchronous, reproducible; "
             "`dqn`: samplers, a replay memory and a target network (chosen by `algo.name = \"dqn\"`)")
@@ -198,11 +198,11 @@ class AlgoConfig:
         doc="V-trace: truncation of the importance weights in the trace (c-bar)")
     # Actor-critic algorithms on the a2c or ba3c node: units of an LSTM between the torso and
     # the actor-critic head (0: none); a sequence (a simulator's rollout on the a2c node, a
-    # segment of node.t_max steps on the ba3c node) is unrolled from the state it was acted from.
+    # segment of acting.t_max steps on the ba3c node) is unrolled from the state it was acted from.
     recurrent: int = setting(0, bounds=(0, None, True),
         doc="actor-critic algorithms on the a2c or ba3c node (central mode's too): units of an LSTM between "
             "the torso and the actor-critic head (0: none); a sequence is each simulator's rollout (a2c) or "
-            "segment of node.t_max steps (ba3c), unrolled from the state it was acted from")
+            "segment of acting.t_max steps (ba3c), unrolled from the state it was acted from")
 
 
 @dataclass
@@ -317,11 +317,11 @@ class SyncConfig:
 class CentralConfig:
     """Central inference (sync.mode = "central", SEED RL): rank 0 infers and trains, the other
     ranks only simulate."""
-    # Groups of node.n_sim simulators per actor rank, each with one step in flight: while
+    # Groups of acting.n_sim simulators per actor rank, each with one step in flight: while
     # one waits for its actions the others step.
     groups: int = setting(2, bounds=(1, 64, True),
-        doc="groups of `node.n_sim` simulators per actor rank, each with one step in flight: while one waits "
-            "for its actions the others step")
+        doc="groups of `acting.n_sim` simulators per actor rank, each with one step in flight: while one "
+            "waits for its actions the others step")
     # Observations per inference batch on the learner (0: all actors' simulators / groups).
     batch: int = setting(0, bounds=(0, None, True),
         doc="observations per inference batch on the learner (0: all actor simulators / `central.groups`)")
@@ -418,7 +418,7 @@ class DebugConfig:
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     run: RunConfig = field(default_factory=RunConfig)
-    node: NodeConfig = field(default_factory=NodeConfig)
+    acting: ActingConfig = field(default_factory=ActingConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     dqn: DQNConfig = field(default_factory=DQNConfig)
@@ -463,10 +463,26 @@ RENAMED = {
 }
 
 
+# Old section name -> new: [node] is [acting], as the code's room for a rank's actors.
+RENAMED_SECTIONS = {"node": "acting"}
+
+
+def current_name(key: str) -> tuple[str, str | None]:
+    """A key's current name, and the note that says so where it was renamed (None where not)."""
+    if key in RENAMED:
+        return RENAMED[key], f"ddrl: note: config key {key} is now {RENAMED[key]} (the old name still works)"
+    section, dot, name = key.partition(".")
+    if dot and section in RENAMED_SECTIONS:
+        new = RENAMED_SECTIONS[section]
+        return f"{new}.{name}", (f"ddrl: note: config section [{section}] is now [{new}] (the old "
+                                 "name still works)")
+    return key, None
+
+
 def current_keys(flat: dict[str, Any]) -> dict[str, Any]:
     """`section.key -> value` with renamed keys under their current names (an old log's
     config, for comparing it with new runs)."""
-    return {RENAMED.get(k, k): v for k, v in flat.items()}
+    return {current_name(k)[0]: v for k, v in flat.items()}
 
 
 def _declared(what: str) -> dict[str, Any]:
@@ -526,9 +542,9 @@ def _parse_cli_value(text: str) -> Any:
 
 def _apply(cfg: Config, key: str, value: Any, note: Callable[[str], None]) -> str:
     """Sets one key; returns its current name."""
-    if key in RENAMED:
-        note(f"ddrl: note: config key {key} is now {RENAMED[key]} (the old name still works)")
-        key = RENAMED[key]
+    key, renamed = current_name(key)
+    if renamed:
+        note(renamed)
     parts = key.split(".")
     sections = {f.name: f for f in dataclasses.fields(cfg)}
     if len(parts) != 2 or parts[0] not in sections:
@@ -543,11 +559,11 @@ def _apply(cfg: Config, key: str, value: Any, note: Callable[[str], None]) -> st
     return key
 
 
-def _node_for_algo(cfg: Config, given: set[str]) -> None:
+def _acting_for_algo(cfg: Config, given: set[str]) -> None:
     """DQN has one node and the node one algorithm: naming either side is enough."""
-    if cfg.algo.name == "dqn" and "node.mode" not in given:
-        cfg.node.mode = "dqn"
-    elif cfg.node.mode == "dqn" and "algo.name" not in given:
+    if cfg.algo.name == "dqn" and "acting.mode" not in given:
+        cfg.acting.mode = "dqn"
+    elif cfg.acting.mode == "dqn" and "algo.name" not in given:
         cfg.algo.name = "dqn"
 
 
@@ -608,40 +624,40 @@ def validate(cfg: Config) -> None:
         raise DdrlError(f"config key env.observe: {cfg.env.observe} must be distinct indices >= 0")
     if any(width < 1 for width in cfg.model.hidden):
         raise DdrlError(f"config key model.hidden: {cfg.model.hidden} has a layer of no units")
-    rollout = cfg.node.n_sim * cfg.node.t_max * cfg.env.frame_skip
-    if cfg.node.mode == "a2c" and rollout > cfg.run.max_frames:
+    rollout = cfg.acting.n_sim * cfg.acting.t_max * cfg.env.frame_skip
+    if cfg.acting.mode == "a2c" and rollout > cfg.run.max_frames:
         raise DdrlError(f"config key run.max_frames: {cfg.run.max_frames:,} is less than one rollout "
-                        f"of one rank (node.n_sim x node.t_max x env.frame_skip = {rollout:,} frames)")
+                        f"of one rank (acting.n_sim x acting.t_max x env.frame_skip = {rollout:,} frames)")
     if None not in (cfg.eval.target, cfg.eval.max_return) and cfg.eval.max_return < cfg.eval.target:
         raise DdrlError(f"config key eval.max_return: {cfg.eval.max_return:g} is below eval.target "
                         f"{cfg.eval.target:g}, which could then never be reached")
     if cfg.eval.target is not None and cfg.eval.episodes == 0:
         raise DdrlError(f"config key eval.target: {cfg.eval.target:g} can never be reached with "
                         "eval.episodes = 0 (no evaluations): also set eval.target = none")
-    if cfg.node.mode == "ba3c" and cfg.node.n_sim < cfg.node.predictors:
-        raise DdrlError("config key node.predictors: more predictor threads than simulators (node.n_sim)")
-    if cfg.algo.recurrent and "dqn" in (cfg.node.mode, cfg.algo.name):
+    if cfg.acting.mode == "ba3c" and cfg.acting.n_sim < cfg.acting.predictors:
+        raise DdrlError("config key acting.predictors: more predictor threads than simulators (acting.n_sim)")
+    if cfg.algo.recurrent and "dqn" in (cfg.acting.mode, cfg.algo.name):
         raise DdrlError("config key algo.recurrent: a recurrent actor-critic runs on the a2c or "
                         "ba3c node (central mode's too) with an actor-critic algo.name; R2D2 is "
                         "dqn.recurrent")
-    if cfg.algo.recurrent and cfg.node.mode == "ba3c" and cfg.node.batch_size % cfg.node.t_max:
-        raise DdrlError(f"config key node.batch_size: {cfg.node.batch_size} is not a whole number "
-                        f"of node.t_max = {cfg.node.t_max} steps (a recurrent network learns on "
-                        "sequences of node.t_max)")
+    if cfg.algo.recurrent and cfg.acting.mode == "ba3c" and cfg.acting.batch_size % cfg.acting.t_max:
+        raise DdrlError(f"config key acting.batch_size: {cfg.acting.batch_size} is not a whole number "
+                        f"of acting.t_max = {cfg.acting.t_max} steps (a recurrent network learns on "
+                        "sequences of acting.t_max)")
     # A recurrent network's data points are sequences: a rollout per simulator (a2c), a
-    # segment of node.t_max steps (ba3c).
-    sequences = cfg.node.n_sim if cfg.node.mode == "a2c" else cfg.node.batch_size // cfg.node.t_max
+    # segment of acting.t_max steps (ba3c).
+    sequences = cfg.acting.n_sim if cfg.acting.mode == "a2c" else cfg.acting.batch_size // cfg.acting.t_max
     if cfg.algo.recurrent and cfg.algo.minibatches > sequences:
         raise DdrlError(f"config key algo.minibatches: {cfg.algo.minibatches} minibatches of "
                         f"{sequences} sequences (a recurrent network's data points: "
-                        "each simulator's rollout on the a2c node, node.batch_size / node.t_max "
+                        "each simulator's rollout on the a2c node, acting.batch_size / acting.t_max "
                         "on the ba3c node)")
-    if cfg.node.mode == "a2c" and cfg.algo.minibatches > cfg.node.n_sim * cfg.node.t_max:
+    if cfg.acting.mode == "a2c" and cfg.algo.minibatches > cfg.acting.n_sim * cfg.acting.t_max:
         raise DdrlError("config key algo.minibatches: more minibatches than data points in a "
-                        "rollout (node.n_sim x node.t_max)")
-    if cfg.node.mode == "ba3c" and cfg.algo.minibatches > cfg.node.batch_size:
+                        "rollout (acting.n_sim x acting.t_max)")
+    if cfg.acting.mode == "ba3c" and cfg.algo.minibatches > cfg.acting.batch_size:
         raise DdrlError("config key algo.minibatches: more minibatches than data points in a "
-                        "batch (node.batch_size)")
+                        "batch (acting.batch_size)")
     _validate_dqn(cfg)
     if cfg.model.arch == "ddrl" and cfg.env.size < 52:
         raise DdrlError("config key env.size: the 'ddrl' net needs frames of at least 52x52")
@@ -662,10 +678,10 @@ def replay_frames_needed(cfg: Config, streams: int) -> int:
 
 
 def _validate_dqn(cfg: Config) -> None:
-    dqn_algo, dqn_node = cfg.algo.name == "dqn", cfg.node.mode == "dqn"
+    dqn_algo, dqn_node = cfg.algo.name == "dqn", cfg.acting.mode == "dqn"
     if dqn_algo != dqn_node:
-        raise DdrlError("config keys algo.name and node.mode: DQN learns from a replay memory, "
-                        "so algo.name = 'dqn' and node.mode = 'dqn' go together")
+        raise DdrlError("config keys algo.name and acting.mode: DQN learns from a replay memory, "
+                        "so algo.name = 'dqn' and acting.mode = 'dqn' go together")
     if not dqn_algo:
         return
     a = cfg.dqn
@@ -701,7 +717,13 @@ def load_config(path: str | Path | None, overrides: list[str] = (),
     `checks` come from the floors above after validation (the placement's: see
     `ddrl.placement.load_job`). `note` takes the one-line notes on renamed keys (default:
     standard error)."""
-    note = note or (lambda line: say(line, err=True))
+    say_note = note or (lambda line: say(line, err=True))
+    said: set[str] = set()
+
+    def note(line: str) -> None:  # a renamed section's note once, not once per key
+        if line not in said:
+            said.add(line)
+            say_note(line)
     cfg = Config()
     given: set[str] = set()
     if path is not None:
@@ -720,7 +742,7 @@ def load_config(path: str | Path | None, overrides: list[str] = (),
         if not sep:
             raise DdrlError(f"--set {item!r}: expected key=value")
         given.add(_apply(cfg, key.strip(), _parse_cli_value(text.strip()), note))
-    _node_for_algo(cfg, given)
+    _acting_for_algo(cfg, given)
     if check_env is not None:
         check_env(cfg.env.id)
     validate(cfg)

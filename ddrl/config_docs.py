@@ -6,7 +6,7 @@ from __future__ import annotations
 SECTIONS = {
     "env": "The game and how its frames reach the network.",
     "run": "Budgets, seeds, checkpoints and logging of the run.",
-    "node": "One rank's machinery (the paper's node): how it acts and batches experience.",
+    "acting": "One rank's machinery (the paper's node): how it acts and batches experience.",
     "model": "The network.",
     "algo": "The learning algorithm and its loss.",
     "dqn": "DQN's replay memory, target network and exploration (with `algo.name = \"dqn\"`). "

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def cores_per_rank(requested: int, local_ranks: int) -> int:
-    """`node.threads`, else Slurm's cpus-per-task, else OMP_NUM_THREADS, else this process's
+    """`acting.threads`, else Slurm's cpus-per-task, else OMP_NUM_THREADS, else this process's
     affinity mask shared among the ranks on this node (mpirun --bind-to none leaves it whole)."""
     if requested:
         return requested
@@ -68,7 +68,7 @@ def start_tensorflow(cfg: "Config", local_ranks: int) -> int:
     cores."""
     from ddrl.seeding import derive_seed
 
-    cores = cores_per_rank(cfg.node.threads, local_ranks)
+    cores = cores_per_rank(cfg.acting.threads, local_ranks)
     configure_tensorflow(cores, deterministic_node(cfg))
     import tensorflow as tf
 
@@ -78,7 +78,7 @@ def start_tensorflow(cfg: "Config", local_ranks: int) -> int:
 
 def deterministic_node(cfg: "Config") -> bool:
     """The node modes that run in a fixed order on one thread (a2c, dqn) reproduce a run."""
-    return cfg.node.mode in ("a2c", "dqn")
+    return cfg.acting.mode in ("a2c", "dqn")
 
 
 # cgroup v1 writes "no limit" as the largest page-aligned int64.

@@ -15,7 +15,7 @@ from ddrl.errors import DdrlError
 
 case = sys.argv[1]
 cfg = load_config(Path(__file__).resolve().parents[1] / "jobs" / "cartpole.toml",
-                  ["sync.mode=central", "algo.name=vtrace", "node.n_sim=4", "central.groups=1"])
+                  ["sync.mode=central", "algo.name=vtrace", "acting.n_sim=4", "central.groups=1"])
 comm = MPI.COMM_WORLD
 if comm.rank == 1:
     n = 4

@@ -71,10 +71,10 @@ def test_central_learns_cartpole_with_actors_on_other_hosts(run_dir):
 
 def test_central_recurrent_vtrace_keeps_each_remote_simulators_state_on_the_learner(run_dir):
     """SEED's shape with an LSTM: the actors only simulate; the learner carries each remote
-    simulator's recurrent state, cuts sequences of node.t_max steps and learns on them."""
+    simulator's recurrent state, cuts sequences of acting.t_max steps and learns on them."""
     res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *CENTRAL,
-               "--set", "algo.recurrent=16", "--set", "node.t_max=16", "--set",
-               "node.batch_size=64", "--set", "run.max_frames=150000", "--set", "eval.every=50",
+               "--set", "algo.recurrent=16", "--set", "acting.t_max=16", "--set",
+               "acting.batch_size=64", "--set", "run.max_frames=150000", "--set", "eval.every=50",
                "--set", "eval.target=60", ranks=3, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     check_actors(run_dir, res.stdout, [1, 2])
@@ -94,7 +94,7 @@ def test_central_rainbow_saves_its_replay_memory_and_resumes_with_it(run_dir):
     first = ddrl("train", JOBS / "cartpole-dqn.toml", "--out", run_dir, *sets,
                  "--set", "run.max_frames=4000", ranks=3, timeout=240)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    # 2 actor ranks x central.groups 2 x node.n_sim 10.
+    # 2 actor ranks x central.groups 2 x acting.n_sim 10.
     assert "replay memory: 50,000 frames in 40 stream(s)" in first.stdout
     saved = checkpoint.read_arrays(run_dir / "checkpoints" / "replay-rank0.npz")
     assert saved["acted"].shape[0] == 40 and saved["acted"].sum() > 2000
@@ -241,7 +241,7 @@ def test_a_stop_signal_checkpoints_and_the_run_resumes(run_dir):
 
 
 @pytest.mark.parametrize("override, message", [
-    (("--set", "node.mode=a2c"), "sync.mode = 'central': the learner runs the ba3c node"),
+    (("--set", "acting.mode=a2c"), "sync.mode = 'central': the learner runs the ba3c node"),
     (("--set", "sync.backend=none"), "sync.mode = 'central' sends with mpi4py point to point"),
 ])
 def test_central_refuses_what_cannot_work(override, message, run_dir):

@@ -47,10 +47,10 @@ def assert_one_line_error(res, *needles: str) -> None:
 @pytest.mark.parametrize("override, needles", [
     ("node.n_simulators=4", ["node.n_simulators", "unknown"]),
     ("nodes.n_sim=4", ["nodes.n_sim", "unknown"]),
-    ("node.n_sim=four", ["node.n_sim", "expected int"]),
+    ("acting.n_sim=four", ["acting.n_sim", "expected int"]),
     ("optim.lr=-0.1", ["optim.lr", "out of range"]),
     ("optim.beta2=1.5", ["optim.beta2", "out of range"]),
-    ("node.mode=a3c", ["node.mode", "not one of"]),
+    ("acting.mode=a3c", ["acting.mode", "not one of"]),
     ("env.id=ALE/NoSuchGame-v5", ["env.id", "NoSuchGame"]),
     ("env.id=Pong", ["env.id", "ALE/Pong-v5"]),
     ("sync.backend=gloo", ["sync.backend"]),
@@ -147,7 +147,7 @@ def test_a_damaged_checkpoint_is_named_and_resume_takes_the_previous_intact_one(
 
 @pytest.mark.parametrize("override, needle", [
     ("sync.backend=none", "2 ranks but sync.backend = 'none'"),
-    ("node.n_sim=0", "config key node.n_sim"),
+    ("acting.n_sim=0", "config key acting.n_sim"),
     ("sync.ps=2", "sync.ps = 2 needs at least 3 ranks"),
     (None, "already holds a run: pass --resume"),
 ])

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(simhosts.available() is not None,
                                 reason=str(simhosts.available()))
 
 # Synchronous A2C is reproducible on a fixed world size, wherever its ranks run.
-A2C = ("--set", "node.mode=a2c", "--set", "run.max_frames=4000", *NO_EVAL)
+A2C = ("--set", "acting.mode=a2c", "--set", "run.max_frames=4000", *NO_EVAL)
 
 
 def on_hosts(net: simhosts.SimulatedHosts, per_host: list[int], *args: str,
@@ -109,7 +109,7 @@ def test_simulated_hosts_are_removed_afterwards():
      "sync: 1 parameter server(s), each on a host of its own", 10)])
 def test_bench_scaling_calibrates_checks_and_predicts(sync, described, seconds):
     res = ddrl("bench", "scaling", JOBS / "cartpole.toml", "--hosts", "2", "--seconds", seconds,
-               "--repeat", "3", "--rate", "1gbit", "--set", "node.mode=a2c", *sync, timeout=300)
+               "--repeat", "3", "--rate", "1gbit", "--set", "acting.mode=a2c", *sync, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert described in res.stdout
     lines = res.stdout.splitlines()

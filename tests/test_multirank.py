@@ -63,11 +63,11 @@ def test_a2c_two_ranks_match_one_rank_with_double_batch(tmp_path):
     """Same algorithm, same effective batch (2 ranks x 4 simulators x 5 steps vs 1 rank x 8
     x 5): both learn CartPole, and the frames they need agree within a factor of 3 (single
     seeds of CartPole vary by about 2x on their own)."""
-    common = ["--set", "node.mode=a2c", "--set", "run.max_frames=300000", "--set", "eval.every=50"]
+    common = ["--set", "acting.mode=a2c", "--set", "run.max_frames=300000", "--set", "eval.every=50"]
     one = ddrl("train", JOBS / "cartpole.toml", "--out", tmp_path / "one", *common,
-               "--set", "node.n_sim=8", timeout=240)
+               "--set", "acting.n_sim=8", timeout=240)
     two = ddrl("train", JOBS / "cartpole.toml", "--out", tmp_path / "two", *common,
-               "--set", "node.n_sim=4", ranks=2, timeout=300)
+               "--set", "acting.n_sim=4", ranks=2, timeout=300)
     assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
     f1, f2 = frames_to_solve(tmp_path / "one"), frames_to_solve(tmp_path / "two")
     print(f"frames to solve: 1 rank x 8 sims {f1:,.0f}, 2 ranks x 4 sims {f2:,.0f}")
@@ -78,7 +78,7 @@ def test_a2c_two_ranks_match_one_rank_with_double_batch(tmp_path):
 
 
 def test_a2c_is_reproducible_on_a_fixed_world(tmp_path):
-    common = ["--set", "node.mode=a2c", "--set", "run.max_frames=4000", *NO_EVAL,
+    common = ["--set", "acting.mode=a2c", "--set", "run.max_frames=4000", *NO_EVAL,
               "--set", "run.log_every=1"]
     runs = [ddrl("train", JOBS / "cartpole.toml", "--out", tmp_path / name, *common, ranks=2,
                  timeout=180) for name in ("a", "b")]

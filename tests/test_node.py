@@ -25,7 +25,7 @@ CARTPOLE_BUDGET = 300_000
 def test_cartpole_learns(mode, algo, run_dir):
     """Greedy evaluation reaches 400 within a bounded number of frames, with each node mode
     and, on the ba3c node, the off-policy corrected algorithms."""
-    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", f"node.mode={mode}",
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", f"acting.mode={mode}",
                "--set", f"algo.name={algo}", "--set", "algo.epochs=2", "--set",
                "algo.minibatches=2", "--set", f"run.max_frames={CARTPOLE_BUDGET}", timeout=240)
     assert res.returncode == 0, res.stderr
@@ -90,7 +90,7 @@ def test_pong_log_readable_while_running(run_dir):
     background evaluator is nearly always mid-game when the signal comes: that once ended the
     process in an abort at interpreter exit (status 134), not in EXIT_SIGNALLED."""
     cmd = [*DDRL, "train", JOBS / "pong.toml", "--out", run_dir,
-           "--set", "model.arch=a3c", "--set", "node.n_sim=4", "--set", "env.decorrelate=400",
+           "--set", "model.arch=a3c", "--set", "acting.n_sim=4", "--set", "env.decorrelate=400",
            "--set", "run.max_minutes=10", "--set", "eval.every=5", "--set", "eval.episodes=1",
            "--set", "eval.nice=0", "--set", "run.log_every=2"]
     proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env_for_tests(),

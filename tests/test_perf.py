@@ -56,7 +56,7 @@ def test_bench_dqn_calls_rejects_what_it_cannot_time():
 def test_bfloat16_cartpole_learns(run_dir):
     """mixed_bfloat16 (bf16 matmuls, float32 weights and heads) still solves CartPole; a2c
     keeps the run reproducible, so the frame budget is a fixed outcome, not luck."""
-    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", "node.mode=a2c",
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--set", "acting.mode=a2c",
                "--set", "model.precision=bfloat16", "--set", "run.max_frames=150000", timeout=240)
     assert res.returncode == 0, res.stderr
     evals = table(run_dir, "eval")
@@ -69,8 +69,8 @@ def test_a2c_alternating_groups_reproducible(tmp_path):
     losses = []
     for name in ("a", "b"):
         out = tmp_path / name
-        res = ddrl("train", JOBS / "cartpole.toml", "--out", out, "--set", "node.mode=a2c",
-                   "--set", "node.n_sim=6", "--set", "run.max_frames=3000",
+        res = ddrl("train", JOBS / "cartpole.toml", "--out", out, "--set", "acting.mode=a2c",
+                   "--set", "acting.n_sim=6", "--set", "run.max_frames=3000",
                    "--set", "run.log_every=1", *NO_EVAL, timeout=180)
         assert res.returncode == 0, res.stderr
         losses.append(table(out, "train")["loss"])

@@ -8,8 +8,8 @@ import pytest
 from conftest import JOBS, ddrl, table
 
 DIGEST = re.compile(r"\[ddrl\] rank (\d+) final weights sha256 ([0-9a-f]+)")
-PPO = ["--set", "algo.name=ppo", "--set", "node.mode=a2c", "--set", "node.n_sim=4",
-       "--set", "node.t_max=64", "--set", "optim.lr=1e-3", "--set", "optim.max_grad_norm=0.5",
+PPO = ["--set", "algo.name=ppo", "--set", "acting.mode=a2c", "--set", "acting.n_sim=4",
+       "--set", "acting.t_max=64", "--set", "optim.lr=1e-3", "--set", "optim.max_grad_norm=0.5",
        "--set", "eval.every=32", "--set", "run.max_frames=300000"]
 
 

@@ -39,7 +39,7 @@ def test_central_r2d2_keeps_states_and_sequences_on_the_learner_and_resumes_them
     res = ddrl("train", R2D2_JOB, "--out", run_dir, *sets, "--set", "run.max_frames=4000",
                ranks=3, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    # 2 actor ranks x central.groups 2 x node.n_sim 10.
+    # 2 actor ranks x central.groups 2 x acting.n_sim 10.
     assert f"[ddrl] replay memory: 50,000 frames in 40 stream(s), {SEQUENCES}" in res.stdout
     assert "sync central" in res.stdout and "stopped (frames)" in res.stdout
     check_actors(run_dir, res.stdout, [1, 2])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import JOBS, NO_EVAL, ddrl, table
 
-RECURRENT_PPO = ["algo.name=ppo", "node.mode=a2c", "node.n_sim=8", "node.t_max=64",
+RECURRENT_PPO = ["algo.name=ppo", "acting.mode=a2c", "acting.n_sim=8", "acting.t_max=64",
                  "algo.recurrent=16", "optim.lr=1e-3", "optim.max_grad_norm=0.5"]
 
 
@@ -53,7 +53,7 @@ def test_the_learner_unrolls_each_rollout_from_the_state_its_simulator_acted_fro
 
 def test_the_ba3c_node_unrolls_each_segment_from_the_state_it_was_acted_from():
     """The ba3c node (central mode's learner): its predictor carries each simulator's state
-    and cuts fixed segments of node.t_max steps across game ends. Before any update, unrolled
+    and cuts fixed segments of acting.t_max steps across game ends. Before any update, unrolled
     from its stored state, each segment gives the actor's log-probs; V-trace's targets, which
     unroll the learner's net for the values and the bootstrap, equal A2C's n-step returns on
     the actor's values (rho = c = 1 when the policies are the same)."""
@@ -67,8 +67,8 @@ def test_the_ba3c_node_unrolls_each_segment_from_the_state_it_was_acted_from():
     from ddrl.learner import Learner
 
     cfg = load_config(JOBS / "cartpole.toml", [
-        "algo.name=vtrace", "node.mode=ba3c", "algo.recurrent=16", "node.t_max=16",
-        "node.batch_size=64", "node.n_sim=8", "node.predictors=2"])
+        "algo.name=vtrace", "acting.mode=ba3c", "algo.recurrent=16", "acting.t_max=16",
+        "acting.batch_size=64", "acting.n_sim=8", "acting.predictors=2"])
     learner = Learner(cfg, *env_spec(cfg))
     actors = BA3CActors(cfg, learner, rank=0, restart=0)
     actors.start(lambda: False)
@@ -100,7 +100,7 @@ def test_recurrent_ppo_learns_cartpole_on_two_ranks_as_one_agent(run_dir):
     CartPole policy can balance the pole for hundreds of steps after a few dozen updates. With
     64 units the games' mean went from about 30 (random play: 22) over the first 5,000 frames to
     107-146 over 10,000-15,000 on seeds 0-2 (docs/results/recurrent.md)."""
-    sets = [x for s in RECURRENT_PPO + ["algo.recurrent=64", "node.n_sim=4",
+    sets = [x for s in RECURRENT_PPO + ["algo.recurrent=64", "acting.n_sim=4",
                                         "run.max_frames=16000"] for x in ("--set", s)]
     res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *sets, *NO_EVAL, ranks=2,
                timeout=300)
@@ -114,9 +114,9 @@ def test_recurrent_ppo_learns_cartpole_on_two_ranks_as_one_agent(run_dir):
 
 
 @pytest.mark.parametrize("sets, message", [
-    (["node.mode=dqn", "algo.name=dqn"], "runs on the a2c or ba3c node"),
+    (["acting.mode=dqn", "algo.name=dqn"], "runs on the a2c or ba3c node"),
     (["algo.minibatches=16"], "16 minibatches of 8 sequences"),
-    (["node.mode=ba3c", "node.batch_size=100"], "100 is not a whole number of node.t_max = 64"),
+    (["acting.mode=ba3c", "acting.batch_size=100"], "100 is not a whole number of acting.t_max = 64"),
 ])
 def test_what_a_recurrent_actor_critic_cannot_do_is_one_line(sets, message, run_dir):
     res = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir,

@@ -10,12 +10,12 @@ from test_multirank import final_weights
 
 # Deterministic nodes, one TensorFlow thread per process (a rank's threads decide how its
 # convolutions and matmuls round), a few dozen updates.
-COMMON = (*NO_EVAL, "--set", "run.max_frames=4000", "--set", "node.threads=1",
+COMMON = (*NO_EVAL, "--set", "run.max_frames=4000", "--set", "acting.threads=1",
           "--set", "run.log_every=1", "--set", "run.tensorboard=false")
 FAMILIES = {
-    "a2c": (JOBS / "cartpole.toml", "node.mode=a2c"),
-    "ppo": (JOBS / "cartpole.toml", "node.mode=a2c", "algo.name=ppo", "optim.lr_scaling=sqrt"),
-    "vtrace": (JOBS / "cartpole.toml", "node.mode=a2c", "algo.name=vtrace"),
+    "a2c": (JOBS / "cartpole.toml", "acting.mode=a2c"),
+    "ppo": (JOBS / "cartpole.toml", "acting.mode=a2c", "algo.name=ppo", "optim.lr_scaling=sqrt"),
+    "vtrace": (JOBS / "cartpole.toml", "acting.mode=a2c", "algo.name=vtrace"),
     "dqn": (JOBS / "cartpole-dqn.toml", "dqn.prioritized=true", "dqn.double=true"),
 }
 
@@ -53,7 +53,7 @@ def test_four_ranks_as_four_virtual_two_by_two_and_four_real(tmp_path):
 
 
 def test_the_projection_prints_its_inputs_and_refuses_past_the_largest_measured_batch(tmp_path):
-    quick = ("--set", "node.mode=a2c", "--set", "eval.every=20", "--set", "eval.target=60",
+    quick = ("--set", "acting.mode=a2c", "--set", "eval.every=20", "--set", "eval.target=60",
              "--set", "run.max_frames=100000", "--set", "run.tensorboard=false")
     for k in (1, 2):
         res = ddrl("train", JOBS / "cartpole.toml", "--out", tmp_path / f"k{k}", *quick,

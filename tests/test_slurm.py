@@ -130,10 +130,10 @@ def test_resolve_names_run_directories_and_resumes(tmp_path, monkeypatch, capsys
     assert resolve(monkeypatch, capsys, array, job, "--out", "sweep")[2] == str(tmp_path / "sweep_1")
     # Sweeps: task i takes line i, which may name another job file.
     sweep = tmp_path / "sweep.txt"
-    sweep.write_text(f"# lr sweep\noptim.lr=1e-3\n\n{job} optim.lr=3e-4 'node.n_sim=4'  # x\n")
+    sweep.write_text(f"# lr sweep\noptim.lr=1e-3\n\n{job} optim.lr=3e-4 'acting.n_sim=4'  # x\n")
     assert resolve(monkeypatch, capsys, array, str(REPO / "jobs/pong.toml"), "--sweep",
                    str(sweep)) == [job, "--out", str(tmp_path / "runs/cartpole-80_1"),
-                                   "--set", "optim.lr=3e-4", "--set", "node.n_sim=4"]
+                                   "--set", "optim.lr=3e-4", "--set", "acting.n_sim=4"]
 
 
 # --- on the cluster -----------------------------------------------------------------------------

@@ -26,7 +26,7 @@ def test_two_node_job_runs_one_rank_per_host(slurm_hosts_cluster, tmp_path):
     out = tmp_path / "run"
     before = cluster.hosts.traffic()
     job = cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),
-                         "--set", "node.mode=a2c", "--set", "run.max_frames=8000", *NO_EVAL,
+                         "--set", "acting.mode=a2c", "--set", "run.max_frames=8000", *NO_EVAL,
                          options=TWO_NODES)
     [result] = cluster.wait(job, timeout=200)
     after = cluster.hosts.traffic()

@@ -17,12 +17,12 @@ if TYPE_CHECKING:  # both bring TensorFlow, which choosing a class must not wait
 
 
 def actors_class(cfg: Config) -> type:
-    """The actors for `node.mode`, imported only when chosen."""
-    if cfg.node.mode == "a2c":
+    """The actors for `acting.mode`, imported only when chosen."""
+    if cfg.acting.mode == "a2c":
         from ddrl.acting.a2c import A2CActors
 
         return A2CActors
-    if cfg.node.mode == "dqn":
+    if cfg.acting.mode == "dqn":
         from ddrl.acting.dqn import DQNActors
 
         return DQNActors

@@ -29,7 +29,7 @@ from ddrl.learner import Learner
 class A2CActors(Actors):
     def __init__(self, cfg: Config, learner: Learner, rank: int, restart: int):
         super().__init__(cfg, learner, rank, restart)
-        groups = np.array_split(np.arange(cfg.node.n_sim), min(2, cfg.node.n_sim))
+        groups = np.array_split(np.arange(cfg.acting.n_sim), min(2, cfg.acting.n_sim))
         self.pools: list[SimPool] = [self.make_pool(f"sim{g}", len(members))
                                      for g, members in enumerate(groups)]
         self._rngs = [self.rng(f"actions{g}") for g in range(len(groups))]
@@ -84,7 +84,7 @@ class A2CActors(Actors):
         return self._pending.pop(0)
 
     def _rollout(self) -> Batch:
-        n = self.cfg.node
+        n = self.cfg.acting
         bootstrap = [np.empty(0, np.float32)] * len(self.pools)
         # The state each simulator acted from at the rollout's first step (recurrent only).
         first_state = list(self._state_in)

@@ -31,9 +31,9 @@ class BA3CActors(Actors):
     def __init__(self, cfg: Config, learner: Learner, rank: int, restart: int,
                  pools: list[SimPool] | None = None):
         """`pools`: simulators made elsewhere (central mode's remote ones); by default this
-        rank's own, `node.predictors` groups of `node.n_sim`."""
+        rank's own, `acting.predictors` groups of `acting.n_sim`."""
         super().__init__(cfg, learner, rank, restart)
-        n = cfg.node
+        n = cfg.acting
         self._stop = threading.Event()
         capacity = n.queue_size or 4 * n.batch_size
         self.fifo = ExperienceFifo(math.ceil(capacity / n.t_max), self._stop)
@@ -60,7 +60,7 @@ class BA3CActors(Actors):
             self._stop.set()
 
     def _predict_loop(self, group: int, pool) -> None:
-        n = self.cfg.node
+        n = self.cfg.acting
         rng = self.rng(f"actions{group}")
         units = self.learner.recurrent
         builders = [SegmentBuilder(n.t_max, recurrent=bool(units)) for _ in range(pool.num_envs)]
@@ -113,7 +113,7 @@ class BA3CActors(Actors):
 
     def next_batch(self) -> Batch | None:
         if not self._pending:
-            segments = self.fifo.take(self.cfg.node.batch_size)
+            segments = self.fifo.take(self.cfg.acting.batch_size)
             if self._error is not None:
                 raise self._error
             if segments is None:
@@ -137,5 +137,5 @@ def inference_batch(cfg: Config, group_size: int) -> int:
     # Something must step while a predictor infers: with one predictor, the other half of its
     # group; with several, the other predictors' groups, so whole groups make larger batches
     # (1.1x the node rate with the Nature CNN on 2 cores, measured interleaved).
-    default = group_size if cfg.node.predictors > 1 else max(1, group_size // 2)
-    return min(cfg.node.predict_batch or default, group_size)
+    default = group_size if cfg.acting.predictors > 1 else max(1, group_size // 2)
+    return min(cfg.acting.predict_batch or default, group_size)

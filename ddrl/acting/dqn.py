@@ -241,7 +241,7 @@ class DQNActors(Actors):
         # with a new game's stack.
         self.memory.begin(*self.samplers.first)
         a = self.cfg.dqn
-        missing = max(a.prepopulate, self.cfg.node.batch_size) - self.memory.transitions
+        missing = max(a.prepopulate, self.cfg.acting.batch_size) - self.memory.transitions
         if self._restored and missing <= 0:
             return
         rounds = max(math.ceil(missing / self.samplers.size), self.memory.steps_needed(a.n_step))
@@ -384,7 +384,7 @@ class DQNActors(Actors):
 
     def _sample(self):
         try:
-            return self.memory.sample(self.cfg.node.batch_size, self.cfg.dqn.n_step, self._rng)
+            return self.memory.sample(self.cfg.acting.batch_size, self.cfg.dqn.n_step, self._rng)
         except ValueError as exc:
             raise DdrlError(f"rank {self.rank}: no minibatch can be drawn: {exc} (raise "
                             "dqn.prepopulate or lower dqn.n_step)") from None

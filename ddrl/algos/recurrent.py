@@ -2,7 +2,7 @@
 (`algo.recurrent` > 0): an LSTM between the torso and the actor-critic head, as R2D2 has before
 its Q head, for games whose state one frame stack does not show.
 
-A sequence of `node.t_max` steps is one data point (a simulator's rollout on the a2c node, a
+A sequence of `acting.t_max` steps is one data point (a simulator's rollout on the a2c node, a
 segment on the ba3c node): its observations (T, ...), actions and targets (T,), the game starts
 (T,) and the LSTM state the simulator acted from at its first step (2, units). The learner
 unrolls the network over the sequence from that state, so it sees what the actor saw (PPO's
@@ -21,7 +21,7 @@ from ddrl.config import Config
 
 class OverSequences:
     def __init__(self, cfg: Config, inner: RolloutAlgorithm):
-        t, units = cfg.node.t_max, cfg.algo.recurrent
+        t, units = cfg.acting.t_max, cfg.algo.recurrent
         self.inner = inner
         self.name, self.off_policy, self.head = inner.name, inner.off_policy, inner.head
         self.support = None

@@ -77,7 +77,7 @@ def measure(job: str, sets: list[str], hosts: int, rate: str, seconds: float,
     from ddrl.bench.runs import timed_tables
     from ddrl.bench.simhosts import SimulatedHosts
 
-    mode = ["sync.mode=central", "node.mode=ba3c"] if central else ["sync.mode=allreduce",
+    mode = ["sync.mode=central", "acting.mode=ba3c"] if central else ["sync.mode=allreduce",
                                                                       "sync.backend=mpi"]
     tables = ("train", "ranks", "inference") if central else ("train",)
     with SimulatedHosts(hosts, rate=rate) as net:
@@ -120,10 +120,10 @@ def run(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or any(h < 2 for h in args.hosts):
         raise DdrlError("bench central: need --seconds > 0 and --hosts >= 2 (a learner and an "
                         "actor)")
-    cfg = load_job(args.job, [*args.set, "node.mode=ba3c"])
+    cfg = load_job(args.job, [*args.set, "acting.mode=ba3c"])
     nbytes = gradient_bytes(cfg)
     print(f"ddrl bench central {args.job}: {cfg.env.id}, {cfg.model.arch}, {cfg.algo.name}, "
-          f"{cfg.node.n_sim} simulators per group, {cfg.central.groups} groups per actor; "
+          f"{cfg.acting.n_sim} simulators per group, {cfg.central.groups} groups per actor; "
           f"gradient {nbytes / 2**20:.2f} MB; {args.seconds:g} s per run", flush=True)
     print(f"{'link':>8s} {'hosts':>5s} {'mode':>9s} {'frames/s':>9s} {'B/frame':>9s} "
           f"{'batch':>6s} {'gather ms':>9s} {'round ms':>8s} {'actor idle':>10s} "

@@ -54,10 +54,10 @@ def run(args: argparse.Namespace) -> int:
     if args.calls is not None:
         if any(size < 1 for size in args.calls):
             raise DdrlError(f"--calls {' '.join(map(str, args.calls))}: minibatch sizes are >= 1")
-        return time_calls(base, args.calls or [base.node.batch_size], args.job)
+        return time_calls(base, args.calls or [base.acting.batch_size], args.job)
     a = base.dqn
     print(f"ddrl bench dqn {args.job}: {base.env.id}, {base.model.arch}, minibatch "
-          f"{base.node.batch_size}, train period {a.train_period}, target period "
+          f"{base.acting.batch_size}, train period {a.train_period}, target period "
           f"{a.target_period}, epsilon {args.epsilon:g}, {args.seconds:g} s per variant; "
           f"{cpu_summary()}", flush=True)
     hours: dict[tuple[str, int], float] = {}
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             load_job(args.job, sets)
             fig = measure_training(args.job, sets, args.seconds, base.env.frame_skip)
             # Updates, not frames: concurrent training adds its frames at each target update.
-            steps_per_s = fig.data_points / base.node.batch_size * a.train_period
+            steps_per_s = fig.data_points / base.acting.batch_size * a.train_period
             hours[variant, w] = 1e6 / steps_per_s / 3600
             print(f"  W={w} {variant}: {steps_per_s:,.0f} agent steps/s, "
                   f"{fig.updates} updates measured", flush=True)

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'window':10s}{'frames/s':>10s}{'evaluations':>13s}{'s each':>8s}{'CPU s each':>12s}"
           f"{'CPU share of a rank':>21s}", flush=True)
     rates: dict[bool, list[float]] = {False: [], True: []}
-    cores = cores_per_rank(cfg.node.threads, args.ranks)
+    cores = cores_per_rank(cfg.acting.threads, args.ranks)
     for pair in range(args.pairs):
         for on in (False, True):
             fig = measure_training(args.job, args.set, args.seconds, frames_per_step(cfg),

@@ -220,11 +220,11 @@ def network_rate(learner, obs_shape: tuple[int, ...], obs_dtype: np.dtype, infer
 
 def batch_sizes(cfg) -> tuple[int, int]:
     """(inference batch, training batch) of an actor-critic node, for the network alone."""
-    if cfg.node.mode == "a2c":
-        return -(-cfg.node.n_sim // min(2, cfg.node.n_sim)), cfg.node.t_max * cfg.node.n_sim
+    if cfg.acting.mode == "a2c":
+        return -(-cfg.acting.n_sim // min(2, cfg.acting.n_sim)), cfg.acting.t_max * cfg.acting.n_sim
     from ddrl.acting.ba3c import inference_batch
 
-    return inference_batch(cfg, -(-cfg.node.n_sim // cfg.node.predictors)), cfg.node.batch_size
+    return inference_batch(cfg, -(-cfg.acting.n_sim // cfg.acting.predictors)), cfg.acting.batch_size
 
 
 def ceilings(cfg, learner, node_cls, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
@@ -236,7 +236,7 @@ def ceilings(cfg, learner, node_cls, obs_shape: tuple[int, ...], obs_dtype: np.d
         emulator = emulator_rate(node.pools, seconds)
     finally:
         node.close()
-    actor_threads = cfg.node.predictors if cfg.node.mode == "ba3c" else 0
+    actor_threads = cfg.acting.predictors if cfg.acting.mode == "ba3c" else 0
     network = network_rate(learner, obs_shape, obs_dtype, *batch_sizes(cfg), seconds,
                            actor_threads)
     return emulator, network, frames_per_step
@@ -249,13 +249,13 @@ def run(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or args.ranks < 1:
         raise DdrlError("--seconds must be > 0 and --ranks >= 1")
     cfg = load_job(args.job, args.set)
-    if cfg.node.mode == "dqn":
+    if cfg.acting.mode == "dqn":
         raise DdrlError("a DQN job: its speed test is `ddrl bench dqn JOB`")
     if cfg.algo.recurrent:
         raise DdrlError("a recurrent actor-critic (algo.recurrent): the network-alone ceiling "
                         "is measured for feed-forward nets; `ddrl train` logs its frames/s")
-    threads = cores_per_rank(cfg.node.threads, args.ranks)
-    configure_tensorflow(threads, deterministic=cfg.node.mode == "a2c")
+    threads = cores_per_rank(cfg.acting.threads, args.ranks)
+    configure_tensorflow(threads, deterministic=cfg.acting.mode == "a2c")
 
     from ddrl.acting import actors_class
     from ddrl.envs import env_spec
@@ -266,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
     learner = Learner(cfg, obs_shape, obs_dtype, n_actions)
     node_cls = actors_class(cfg)
     infer_batch, train_batch = batch_sizes(cfg)
-    print(f"ddrl bench node {args.job}: {cfg.env.id}, {cfg.node.mode}, {cfg.node.n_sim} simulators, "
+    print(f"ddrl bench node {args.job}: {cfg.env.id}, {cfg.acting.mode}, {cfg.acting.n_sim} simulators, "
           f"net {cfg.model.arch} ({learner.num_params:,} params, "
           f"{forward_flops(learner.model) / 1e6:.2f} MFLOP/obs), {compute_precision(cfg.model)}, "
           f"batches {infer_batch} (inference) / {train_batch} (training), "

@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="algo.name of each variant (default: a2c vtrace)")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="run.seed values")
     p.add_argument("--queue", type=int, default=4096,
-                   help="node.queue_size: steps the FIFO holds (default 4096)")
+                   help="acting.queue_size: steps the FIFO holds (default 4096)")
     p.add_argument("--frames", type=int, required=True, help="run.max_frames of every run")
     p.add_argument("--ranks", type=int, default=1, help="ranks per run under mpirun (default 1)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def settings(args: argparse.Namespace, algo: str, seed: int) -> list[str]:
-    return [*args.set, "node.mode=ba3c", f"node.queue_size={args.queue}", f"algo.name={algo}",
+    return [*args.set, "acting.mode=ba3c", f"acting.queue_size={args.queue}", f"algo.name={algo}",
             f"run.seed={seed}", f"run.max_frames={args.frames}", "eval.target=none",
             "run.progress_seconds=1e6"]
 

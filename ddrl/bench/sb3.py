@@ -22,8 +22,8 @@ N_ENVS = 16
 N_STEPS = 5
 # ddrl's node modes, with 80 data points per update either way; ba3c with two predictor
 # threads, whose simulator groups step while the other one infers.
-MODES = {"a2c": [f"node.t_max={N_STEPS}"],
-         "ba3c": [f"node.batch_size={N_ENVS * N_STEPS}", "node.predictors=2"]}
+MODES = {"a2c": [f"acting.t_max={N_STEPS}"],
+         "ba3c": [f"acting.batch_size={N_ENVS * N_STEPS}", "acting.predictors=2"]}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -92,11 +92,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.game.startswith("ALE/"):
         raise DdrlError(f"--game {args.game!r}: compare-sb3 needs an ALE game like ALE/Pong-v5")
     check_env_id(args.game)
-    base = [f"env.id={args.game}", f"node.n_sim={N_ENVS}", "model.arch=nature",
+    base = [f"env.id={args.game}", f"acting.n_sim={N_ENVS}", "model.arch=nature",
             "sync.backend=none", *args.set]
-    configs = {m: load_job(None, [f"node.mode={m}", *MODES[m], *base])
+    configs = {m: load_job(None, [f"acting.mode={m}", *MODES[m], *base])
                for m in args.modes}
-    threads = cores_per_rank(next(iter(configs.values())).node.threads, 1)
+    threads = cores_per_rank(next(iter(configs.values())).acting.threads, 1)
     print(f"compare-sb3 {args.game}: {N_ENVS} simulators, Nature CNN, {N_ENVS * N_STEPS} data "
           f"points per update, {threads} CPU threads, {args.seconds:g} s measured per run "
           f"after a warm-up; ddrl in {next(iter(configs.values())).model.precision}", flush=True)

@@ -214,7 +214,7 @@ def _root_outputs(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint
     k = cfg.sync.virtual_ranks
     ranks = f"{world.size} rank(s)" if k == 1 else \
         f"{world.size * k} ranks ({world.size} process(es) x {k} virtual)"
-    say(f"[ddrl] {cfg.env.id} {cfg.node.mode} x {ranks} on {world.hosts} host(s), "
+    say(f"[ddrl] {cfg.env.id} {cfg.acting.mode} x {ranks} on {world.hosts} host(s), "
         f"{learner.num_params:,} parameters in {precision}, sync {sync.name}, run directory "
         f"{run_dir}" + (f" (resumed at update {counters.update})" if ckpt else ""))
     return log, evaluator

@@ -3,7 +3,7 @@ network; rank 0, the learner, infers for all of them and trains. One model copy 
 and nothing the size of the model crosses the network: observations go to the learner,
 actions come back.
 
-Actor side (`run_actor`): each actor rank steps `central.groups` groups of `node.n_sim`
+Actor side (`run_actor`): each actor rank steps `central.groups` groups of `acting.n_sim`
 simulators; while one group waits for its actions the others step, so the rank's cores do
 not idle. For each group step it sends one OBS_META (float64, `obs_meta_schema`) and one
 OBS_DATA (the observations as raw bytes, Atari stacks as their newest frame where the learner
@@ -105,7 +105,7 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
     from mpi4py import MPI
 
     comm = world.comm
-    groups = [_Group(g, make_pool(cfg, cfg.node.n_sim,
+    groups = [_Group(g, make_pool(cfg, cfg.acting.n_sim,
                                   derive_seed(cfg.run.seed, world.rank, f"actor{g}/{restart}"),
                                   train=True,
                                   rng=rng(cfg.run.seed, world.rank, f"actor{g}/{restart}/decorrelate")),
@@ -191,7 +191,7 @@ def run_actor(cfg: Config, world: World, restart: int) -> int:
         stop[0] = 0
     loaded = "tensorflow" in sys.modules
     say(f"[ddrl] actor rank {world.rank}: {frames:,} frames, {games} games, "
-        f"{cfg.central.groups} x {cfg.node.n_sim} simulators, simulating {t_sim:.1f} s, "
+        f"{cfg.central.groups} x {cfg.acting.n_sim} simulators, simulating {t_sim:.1f} s, "
         f"idle {t_idle:.1f} s; tensorflow loaded: {'yes' if loaded else 'no'}")
     world.barrier()  # with the learner, once it has saved
     return int(stop[0])
@@ -258,12 +258,12 @@ class RemotePool:
         # Each actor's groups are simulators of their own: group g of actor a holds the
         # learner's simulators (a * groups + g) * n_sim onwards.
         self._groups = cfg.central.groups
-        self.num_envs = actors * self._groups * cfg.node.n_sim
+        self.num_envs = actors * self._groups * cfg.acting.n_sim
         self.n_actions = n_actions
         self.obs_shape = obs_shape
         self.frames_per_step = frames_per_step
         self._comm = comm
-        self._n_sim = cfg.node.n_sim
+        self._n_sim = cfg.acting.n_sim
         self._dtype = self.obs_dtype = np.dtype(obs_dtype)
         self._frames = StackReceiver(self.num_envs, obs_shape, obs_dtype, stacked=cfg.is_atari)
         self._row = int(np.prod(obs_shape)) * self._dtype.itemsize

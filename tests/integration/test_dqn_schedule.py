@@ -58,7 +58,7 @@ class Target(Network):
 
 
 def actors(sets: list[str]) -> tuple[DQNActors, Learner]:
-    cfg = load_config(JOBS / "cartpole-dqn.toml", ["dqn.prepopulate=64", "node.batch_size=8",
+    cfg = load_config(JOBS / "cartpole-dqn.toml", ["dqn.prepopulate=64", "acting.batch_size=8",
                                                  "dqn.replay_frames=5000", *sets])
     learner = Learner(cfg)
     a = DQNActors(cfg, learner, rank=0, restart=0)
@@ -136,7 +136,7 @@ def test_a_memory_restored_below_prepopulate_is_filled_up_to_it(tmp_path):
     a, _ = actors(sets)
     a.close()
     a.save_state(tmp_path, 0)
-    cfg = load_config(JOBS / "cartpole-dqn.toml", ["node.batch_size=8", "dqn.replay_frames=5000",
+    cfg = load_config(JOBS / "cartpole-dqn.toml", ["acting.batch_size=8", "dqn.replay_frames=5000",
                                                  "dqn.save_replay=true", "dqn.prepopulate=1000"])
     b = DQNActors(cfg, Learner(cfg), rank=0, restart=1)
     b.restore_state(tmp_path, 0)
@@ -153,7 +153,7 @@ def test_a_resumed_run_without_its_memory_refills_it_acting_as_the_agent(update)
     """A fresh run prepopulates with random actions; a run resumed at update 20,000 without its
     saved memory refills it with its weights at the schedule's epsilon (0.02 here): the stand-in
     network's Q-values are all 0, so its greedy action is action 0."""
-    cfg = load_config(JOBS / "cartpole-dqn.toml", ["dqn.prepopulate=400", "node.batch_size=8",
+    cfg = load_config(JOBS / "cartpole-dqn.toml", ["dqn.prepopulate=400", "acting.batch_size=8",
                                                  "dqn.replay_frames=5000"])
     learner = Learner(cfg)
     a = DQNActors(cfg, learner, rank=0, restart=1 if update else 0)

@@ -23,7 +23,7 @@ def test_each_group_of_each_actor_is_simulators_of_its_own():
     """Two groups of one actor both number their simulators 0..n_sim-1: the learner must not
     assemble one unroll from two games."""
     cfg = load_config(JOBS / "cartpole.toml", ["sync.mode=central", "central.groups=2",
-                                               "node.n_sim=3"])
+                                               "acting.n_sim=3"])
     pool = RemotePool(cfg, comm=None, actors=2, obs_shape=(4,), obs_dtype=np.float32,
                       n_actions=2, frames_per_step=1)
     assert pool.num_envs == 2 * 2 * 3

@@ -32,11 +32,11 @@ def test_overrides_are_toml_literals_and_coerced():
     ("run.max_frames=1e99", "config key run.max_frames: expected an integer, got the float 1e+99"),
     ("run.max_frames=10**13", "config key run.max_frames: expected int"),
     ("run.max_frames=10_000_000_000_000", "config key run.max_frames: 10000000000000 is out of range"),
-    ("node.n_sim=100000", "config key node.n_sim: 100000 is out of range (must be <= 4096)"),
+    ("acting.n_sim=100000", "config key acting.n_sim: 100000 is out of range (must be <= 4096)"),
     ("run.max_frames=1000", "config key run.max_frames: 1,000 is less than one rollout of one rank"),
     ("eval.episodes=0", "config key eval.target: 18 can never be reached with eval.episodes = 0"),
     ("algo.name=sac", "config key algo.name: 'sac' is not one of a2c, ppo, vtrace, appo, dqn"),
-    ("algo.name=dqn", "config keys algo.name and node.mode: DQN learns from a replay memory"),
+    ("algo.name=dqn", "config keys algo.name and acting.mode: DQN learns from a replay memory"),
     ("optim.optimizer=sgd", "config key optim.optimizer: 'sgd' is not one of adam, rmsprop"),
     ("algo.rho_clip=0", "config key algo.rho_clip: 0.0 is out of range (must be > 0.0)"),
     ("algo.gae_lambda=1.5", "config key algo.gae_lambda: 1.5 is out of range"),
@@ -56,13 +56,13 @@ def test_bad_values_name_the_key(override, message):
 
 
 def test_ba3c_minibatches_must_fit_its_batch():
-    load_config(JOBS / "pong-ppo.toml", ["node.mode=ba3c", "algo.name=appo"])
+    load_config(JOBS / "pong-ppo.toml", ["acting.mode=ba3c", "algo.name=appo"])
     with pytest.raises(DdrlError, match="more minibatches than data points in a batch"):
-        load_config(JOBS / "pong-ppo.toml", ["node.mode=ba3c", "node.batch_size=2"])
+        load_config(JOBS / "pong-ppo.toml", ["acting.mode=ba3c", "acting.batch_size=2"])
 
 
 @pytest.mark.parametrize("override, message", [
-    ("node.mode=a2c", "config keys algo.name and node.mode"),
+    ("acting.mode=a2c", "config keys algo.name and acting.mode"),
     ("sync.mode=ps", "config key sync.mode: DQN sums every minibatch gradient"),
     ("dqn.target_period=10001", "config key dqn.target_period: 10001 is not a multiple"),
     ("dqn.replay_frames=50", "config key dqn.replay_frames: 50 frames cannot hold 8 samplers"),
@@ -123,8 +123,8 @@ def test_runs_compare_a_key_an_older_log_lacks_at_its_default():
 
 def test_algo_dqn_alone_chooses_the_dqn_node():
     cfg = load_config(None, ["env.id=CartPole-v1", "model.arch=mlp", "algo.name=dqn"])
-    assert cfg.node.mode == "dqn"
-    cfg = load_config(None, ["env.id=CartPole-v1", "model.arch=mlp", "node.mode=dqn"])
+    assert cfg.acting.mode == "dqn"
+    cfg = load_config(None, ["env.id=CartPole-v1", "model.arch=mlp", "acting.mode=dqn"])
     assert cfg.algo.name == "dqn"
 
 
@@ -193,7 +193,7 @@ def test_every_line_of_the_shipped_sweep_files_is_a_valid_run():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["sync.mode=central", "node.mode=a2c"], "sync.mode = 'central': the learner runs the ba3c node"),
+    (["sync.mode=central", "acting.mode=a2c"], "sync.mode = 'central': the learner runs the ba3c node"),
     (["sync.mode=ps", "sync.ps=1", "sync.backend=horovod"], "sync.mode = 'ps' sends with mpi4py"),
     (["sync.aggregate=2"], "sync.aggregate != 1 (k-of-n) and sync.async = true need"),
 ])
@@ -202,3 +202,12 @@ def test_a_placements_own_checks_run_wherever_a_job_is_read(overrides, message):
     load_config(JOBS / "pong-ppo.toml", overrides)
     with pytest.raises(DdrlError, match=re.escape(message)):
         load_job(JOBS / "pong-ppo.toml", overrides)
+
+
+def test_a_job_file_with_the_old_node_section_loads_with_one_note(tmp_path):
+    job = tmp_path / "old.toml"
+    job.write_text('[node]\nmode = "a2c"\nn_sim = 4\nt_max = 8\n')
+    notes = []
+    cfg = load_config(job, ["node.batch_size=16"], note=notes.append)
+    assert (cfg.acting.mode, cfg.acting.n_sim, cfg.acting.t_max, cfg.acting.batch_size) == ("a2c", 4, 8, 16)
+    assert notes == ["ddrl: note: config section [node] is now [acting] (the old name still works)"]

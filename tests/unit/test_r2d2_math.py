@@ -69,7 +69,7 @@ def test_acting_one_step_at_a_time_is_the_unroll():
 
 def r2d2_config(**dqn) -> Config:
     cfg = Config()
-    cfg.algo.name = cfg.node.mode = "dqn"
+    cfg.algo.name = cfg.acting.mode = "dqn"
     cfg.dqn.recurrent, cfg.dqn.double = UNITS, True
     for key, value in dqn.items():
         setattr(cfg.dqn, key, value)

@@ -213,7 +213,7 @@ def test_rescaling_and_its_inverse():
 
 def categorical_cfg(dueling: bool) -> Config:
     cfg = Config()
-    cfg.algo.name, cfg.node.mode = "dqn", "dqn"
+    cfg.algo.name, cfg.acting.mode = "dqn", "dqn"
     cfg.dqn.atoms, cfg.dqn.v_min, cfg.dqn.v_max, cfg.dqn.dueling = 11, -5.0, 5.0, dueling
     cfg.dqn.double, cfg.dqn.n_step = True, 2
     return cfg

@@ -20,9 +20,9 @@ class Central:
         if cfg.sync.backend != "mpi":
             raise DdrlError("sync.mode = 'central' sends with mpi4py point to point: set "
                             "sync.backend = 'mpi'")
-        if cfg.node.mode not in ("ba3c", "dqn"):
+        if cfg.acting.mode not in ("ba3c", "dqn"):
             raise DdrlError("sync.mode = 'central': the learner runs the ba3c node (its FIFO of "
-                            "unrolls) or DQN's (its replay memory); set node.mode = 'ba3c' or 'dqn'")
+                            "unrolls) or DQN's (its replay memory); set acting.mode = 'ba3c' or 'dqn'")
 
     @staticmethod
     def check(cfg: Config, world_size: int) -> None:

@@ -111,11 +111,11 @@ class CentralDQNActors(_Remote, DQNActors):
             raise DdrlError(f"config key dqn.replay_frames: {cfg.dqn.replay_frames:,} frames "
                             f"cannot hold the stacks and {cfg.dqn.n_step}-step transitions of "
                             f"{streams} remote simulators (actor ranks x central.groups x "
-                            "node.n_sim), a stream each")
+                            "acting.n_sim), a stream each")
         super().__init__(cfg, learner, 0, restart, samplers=lambda node: RemoteSamplers(node, pool))
 
 
 def central_actors(cfg: Config, learner: Learner, restart: int, pool: RemotePool) -> _Remote:
-    """The learner's node for `node.mode`."""
-    node = CentralDQNActors if cfg.node.mode == "dqn" else CentralActors
+    """The learner's node for `acting.mode`."""
+    node = CentralDQNActors if cfg.acting.mode == "dqn" else CentralActors
     return node(cfg, learner, restart, pool)
