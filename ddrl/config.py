@@ -403,7 +403,7 @@ class DebugConfig:
     freeze_update: int = setting(10,
         doc="the update at which `freeze_rank` stops itself; -1: at start-up, before the initial weights are "
             "shared; -2: after the last update, before the final barrier; -3: before the placement's "
-            "start-up (central mode's split)")
+            "start-up (central mode's split); -4: before MPI's initialisation")
     # A central-mode actor stops between a step's two messages (head, observations).
     freeze_mid_step: bool = setting(False,
         doc="a central-mode `freeze_rank` stops between a step's head and its observations, as a host hung "
@@ -541,18 +541,19 @@ def _parse_cli_value(text: str) -> Any:
 
 
 def _apply(cfg: Config, key: str, value: Any, note: Callable[[str], None]) -> str:
-    """Sets one key; returns its current name."""
+    """Sets one key; returns its current name. An unknown key is named as it was written."""
+    given = key
     key, renamed = current_name(key)
-    if renamed:
-        note(renamed)
     parts = key.split(".")
     sections = {f.name: f for f in dataclasses.fields(cfg)}
     if len(parts) != 2 or parts[0] not in sections:
-        raise DdrlError(f"unknown config key {key!r} (sections: {', '.join(sections)})")
+        raise DdrlError(f"unknown config key {given!r} (sections: {', '.join(sections)})")
     section = getattr(cfg, parts[0])
     fields = {_key(f): f for f in dataclasses.fields(section)}
     if parts[1] not in fields:
-        raise DdrlError(f"unknown config key {key!r} (known in [{parts[0]}]: {', '.join(fields)})")
+        raise DdrlError(f"unknown config key {given!r} (known in [{parts[0]}]: {', '.join(fields)})")
+    if renamed:
+        note(renamed)
     f = fields[parts[1]]
     hints = typing.get_type_hints(type(section))
     setattr(section, f.name, _coerce(key, value, hints[f.name]))

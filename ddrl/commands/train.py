@@ -36,18 +36,28 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, signals: StopSignals) -> int:
+    from ddrl.distributed.waiting import Deadline
     from ddrl.distributed.world import discover, launcher_rank
+    from ddrl.loop.faults import BEFORE_MPI, freeze_at_startup
     from ddrl.placement import check_world
 
-    quiet = launcher_rank() != 0  # every rank reads the job: one copy of each note is enough
+    rank = launcher_rank()
+    quiet = rank != 0  # every rank reads the job: one copy of each note is enough
     try:
         cfg = load_job(args.job, args.set, note=(lambda line: None) if quiet else None)
-        world = discover(need_mpi=False)
+        freeze_at_startup(cfg, rank, BEFORE_MPI)
+        seconds, limit = _startup_limit(cfg)
+        # A rank frozen before MPI (a hung import from a shared filesystem) holds the others
+        # in MPI_Init or the world's first collectives, spinning a core, for ever.
+        with Deadline(seconds, f"rank {rank} waited {seconds:g} s ({limit}) for the job's ranks to "
+                      "start MPI and meet: one is frozen or lost before it; ending the job",
+                      speaker=rank == 0):
+            world = discover(need_mpi=False)
+            startup = _startup_watchdog(cfg, world)  # its roll call's communicator is a collective
         check_world(cfg, world.size)
         wandb_writer.check_installed(cfg)
     except DdrlError as exc:
         raise EveryRankError(str(exc)) from None
-    startup = _startup_watchdog(cfg, world)
     run_dir = Path(args.out) if args.out else default_run_dir(args.job)
     if world.comm is not None:
         with startup:
@@ -94,30 +104,36 @@ def _run(args: argparse.Namespace, signals: StopSignals) -> int:
             held.close()
 
 
+def _startup_limit(cfg: Config) -> tuple[float, str]:
+    """How long a start-up step may wait for the other ranks, and the keys that say so. Ranks
+    that reach one seconds apart (TensorFlow's import on a busy node) are no fault: at least
+    sync.startup_timeout."""
+    floor = cfg.sync.startup_timeout
+    return (max(cfg.sync.timeout, floor),
+            f"sync.timeout, at least sync.startup_timeout = {floor:g} s at start-up")
+
+
 def _startup_watchdog(cfg: Config, world) -> contextlib.AbstractContextManager:
     """A deadline for the start-up's collectives (run directory, counters, initial weights): a
     rank frozen or lost before one would hold the others in a blocking MPI call, spinning a
-    core, forever. Ranks that reach one seconds apart (TensorFlow's import on a busy node)
-    are no fault: at least sync.startup_timeout."""
+    core, forever."""
     if world.comm is None or world.size == 1:
         return contextlib.nullcontext()
     from ddrl.distributed.waiting import collective_watchdog
 
-    floor = cfg.sync.startup_timeout
-    return collective_watchdog(world, max(cfg.sync.timeout, floor), lambda: "a start-up collective",
-                               limit=f"sync.timeout, at least sync.startup_timeout = {floor:g} s "
-                                     "at start-up")
+    seconds, limit = _startup_limit(cfg)
+    return collective_watchdog(world, seconds, lambda: "a start-up collective", limit=limit)
 
 
 def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None,
            signals: StopSignals, startup: contextlib.AbstractContextManager) -> int:
     from ddrl.cpus import start_tensorflow
     from ddrl.envs import env_spec
-    from ddrl.loop.faults import freeze_at_startup
+    from ddrl.loop.faults import BEFORE_PLACEMENT, BEFORE_WEIGHTS, freeze_at_startup
     from ddrl.placement import placement_of
 
     placement = placement_of(cfg)(cfg, world)
-    freeze_at_startup(cfg, world.rank, before_placement=True)
+    freeze_at_startup(cfg, world.rank, BEFORE_PLACEMENT)
     with startup:  # central mode's split and restart broadcast are collectives too
         restarts = placement.start(ckpt.restarts + 1 if ckpt is not None else 0)
     if not placement.trains:
@@ -132,7 +148,7 @@ def _train(cfg: Config, world, run_dir: Path, ckpt: checkpoint.Checkpoint | None
     learner = Learner(cfg, *spec, workers=placement.trainer_ranks(cfg, world.size))
     sync = placement.sync(learner, spec)
     counters = _restore(cfg, world, run_dir, ckpt, restarts, learner)
-    freeze_at_startup(cfg, world.rank)
+    freeze_at_startup(cfg, world.rank, BEFORE_WEIGHTS)
     with startup:
         learner.share_root_state(sync.broadcast)
     world = sync.world  # the ranks that run the loop: in ps mode the workers, in central the learner

@@ -6,7 +6,9 @@ the wait cheap and give every wait a deadline.
 """
 from __future__ import annotations
 
+import math
 import os
+import subprocess
 import threading
 import time
 from typing import Callable
@@ -145,6 +147,43 @@ class Watchdog:
             time.sleep(5.0)
         # Not MPI_Abort: the main thread is inside MPI; exiting is what any launcher notices.
         os._exit(EXIT_ABORTED)
+
+
+# The deadline's keeper: a shell that outlives nothing (it leaves once it is no longer the
+# rank's child) and, past the deadline, says the line and ends the rank.
+_KEEPER = """pid=$1 left=$2
+while [ "$left" -gt 0 ]; do
+  sleep 1; left=$((left - 1))
+  set -- $(cat /proc/$$/stat)
+  [ "$4" = "$pid" ] || exit 0
+done
+printf '%s\\n' "$DDRL_DEADLINE_MESSAGE" >&2
+kill -KILL "$pid"
+"""
+
+
+class Deadline:
+    """A deadline for a start-up step no watchdog can guard: MPI's initialisation and the
+    world's discovery, whose collectives come before any communicator a roll call could use.
+    MPI_Init holds Python's lock while it waits, so no thread of this process could keep the
+    time: a shell child does. Past `seconds` it prints `message` in one line and kills the
+    process, and the launcher ends the job. Launcher rank 0 speaks at once; the others 5 s
+    later, by which time the launcher has usually ended them, so a job says it once."""
+
+    def __init__(self, seconds: float, message: str, speaker: bool):
+        self._seconds = math.ceil(seconds) + (0 if speaker else 5)
+        self._message = f"ddrl: error: {message}"
+        self._keeper: subprocess.Popen | None = None
+
+    def __enter__(self) -> "Deadline":
+        self._keeper = subprocess.Popen(
+            ["/bin/sh", "-c", _KEEPER, "ddrl-deadline", str(os.getpid()), str(self._seconds)],
+            env={**os.environ, "DDRL_DEADLINE_MESSAGE": self._message}, stdin=subprocess.DEVNULL)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._keeper.kill()
+        self._keeper.wait()
 
 
 def _ranks(ranks: list[int] | None) -> str:

@@ -27,11 +27,14 @@ class Faults:
             freeze()
 
 
-def freeze_at_startup(cfg: Config, rank: int, before_placement: bool = False) -> None:
-    """`freeze_rank` stops itself at start-up (for `debug.freeze_seconds`, or for ever):
-    `debug.freeze_update = -1` after TensorFlow's import, before the initial weights are
-    shared; -3 (`before_placement`) before the placement's own start-up (central mode's
-    split of the world)."""
-    if rank == cfg.debug.freeze_rank and cfg.debug.freeze_update == (-3 if before_placement
-                                                                     else -1):
+# The start-up's stages a rank can be frozen before (`debug.freeze_update`).
+BEFORE_MPI, BEFORE_PLACEMENT, BEFORE_WEIGHTS = -4, -3, -1
+
+
+def freeze_at_startup(cfg: Config, rank: int, stage: int) -> None:
+    """`freeze_rank` stops itself at the start-up `stage` its `debug.freeze_update` names (for
+    `debug.freeze_seconds`, or for ever): BEFORE_MPI, BEFORE_PLACEMENT (central mode's split
+    of the world) or BEFORE_WEIGHTS (after TensorFlow's import, before the initial weights are
+    shared)."""
+    if rank == cfg.debug.freeze_rank and cfg.debug.freeze_update == stage:
         freeze(cfg.debug.freeze_seconds)
