@@ -3,11 +3,13 @@ never load TensorFlow, the learner batching their observations; across simulated
 frozen actor left out; a stop signal and a resume."""
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from conftest import (
     ddrl,
     env_for_tests,
     mpirun,
+    rank_pid,
     run_with_a_frozen_rank,
     table,
     wait_for_updates,
@@ -67,6 +70,60 @@ def test_central_learns_cartpole_with_actors_on_other_hosts(run_dir):
     check_actors(run_dir, res.stdout, [1, 2])
     train = table(run_dir, "train")
     assert np.isfinite(train["approx_kl"]).all() and (train["policy_lag"] >= 0).all()
+
+
+@pytest.mark.skipif(simhosts.available() is not None, reason=str(simhosts.available()))
+@pytest.mark.parametrize("fault", ["actor frozen", "actor's link cut", "actor killed",
+                                   "learner frozen"])
+def test_a_fault_on_another_host_ends_or_carries_on_as_documented(run_dir, tmp_path, fault):
+    """The learner on h1, an actor on each of h2 and h3, every link at 5 Mbit/s. An actor
+    frozen on its host, or cut off (its link down: no reset, packets dropped), is left out
+    after sync.timeout and the run trains on to its end and saves; an actor killed ends the
+    job at once, its last checkpoint kept; a frozen learner is found gone by the actors,
+    which end the job. Each within a bounded time. After a cut, mpirun itself waits for the
+    lost host's daemon until TCP gives up (docs/reliability.md): the test ends it once the
+    learner has."""
+    # Long enough that the kill comes well before the end.
+    frames = 300000 if fault == "actor killed" else 60000
+    sets = ["--set", f"run.max_frames={frames}", "--set", "sync.timeout=4",
+            "--set", "run.checkpoint_minutes=0.05"]
+    if "frozen" in fault:
+        rank = 2 if fault == "actor frozen" else 0
+        sets += ["--set", f"debug.freeze_rank={rank}", "--set", "debug.freeze_update=50"]
+    output = tmp_path / "out.txt"
+    with simhosts.SimulatedHosts(3, rate="5mbit") as net, output.open("w") as sink:
+        cmd = net.mpirun([1, 1, 1]) + DDRL + ["train", str(JOBS / "cartpole.toml"), "--out",
+                                              str(run_dir), *CENTRAL, *NO_EVAL, *sets]
+        started = time.monotonic()
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env_for_tests(), stdout=sink,
+                                stderr=subprocess.STDOUT, text=True)
+        try:
+            if fault in ("actor killed", "actor's link cut"):
+                wait_for_updates(proc, run_dir, 50)
+                while checkpoint.latest(run_dir / "checkpoints") is None:
+                    assert proc.poll() is None and time.monotonic() - started < 120
+                    time.sleep(0.2)
+                learner = rank_pid(run_dir, 0)
+                if fault == "actor killed":
+                    os.kill(rank_pid(run_dir, 2), signal.SIGKILL)
+                else:
+                    subprocess.run(["ip", "link", "set", net.hosts[2].link, "down"], check=True)
+                    while Path(f"/proc/{learner}").exists() and time.monotonic() - started < 200:
+                        time.sleep(0.5)
+                    proc.kill()
+            proc.wait(timeout=240)
+        finally:
+            proc.kill()
+    took, out = time.monotonic() - started, output.read_text()
+    assert proc.returncode != 0 and took < 200, (took, out[-3000:])
+    if fault in ("actor frozen", "actor's link cut"):
+        assert "actor rank 2 sent nothing for 4 s (sync.timeout); going on with 1 actor" in out
+        assert "stopped (frames)" in out and "the run is saved" in out, out[-3000:]
+        assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).frames >= frames
+    else:
+        if fault == "learner frozen":
+            assert "(2 x sync.timeout + 10 s): the learner is gone" in out, out[-3000:]
+        assert 0 < checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).frames < frames
 
 
 def test_central_recurrent_vtrace_keeps_each_remote_simulators_state_on_the_learner(run_dir):
