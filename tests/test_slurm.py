@@ -229,6 +229,34 @@ def test_a_warning_during_the_final_evaluation_checkpoints_requeues_and_complete
     assert len(evals) == 1 and evals["episodes"][0] == 10000  # the resume's, complete
 
 
+def test_a_warning_while_the_ranks_start_checkpoints_requeues_and_completes(slurm_cluster, tmp_path):
+    """Slurm's warning while the step's ranks are still starting, before `ddrl train` takes
+    USR1 as a stop request (here: each rank 8 s slow to start, as from a slow shared
+    filesystem). It killed them, and the job failed instead of requeueing; now a starting
+    rank ignores it and the batch script repeats it until the step ends."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    slow = venv / "bin" / "ddrl"
+    slow.write_text(f'#!/bin/sh\n[ "$1" != train ] || sleep 8\nexec {REPO}/.venv/bin/ddrl "$@"\n')
+    slow.chmod(0o755)
+    out = tmp_path / "run"
+    job = slurm_cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),
+                               "--set", "run.max_frames=120000", *FAST,
+                               env={"DDRL_VENV": str(venv)})
+    deadline = time.monotonic() + 120
+    output = slurm_cluster.root / "out" / f"{job}.out"
+    while not (output.is_file() and f"ddrl: job {job} restart 0 on" in output.read_text()):
+        assert time.monotonic() < deadline, slurm_cluster.records(job)
+        time.sleep(0.2)
+    slurm_cluster.run("scancel", "--signal=USR1", "--batch", job)
+    [result] = slurm_cluster.wait(job, timeout=300)
+    text = result.text()
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), text
+    assert f"requeueing job {job}" in text and "the step failed" not in text, text
+    with h5py.File(out / "log.h5", "r", swmr=True) as f:
+        assert f["starts"]["restart"].tolist()[:2] == [0, 1]
+
+
 def test_cancel_checkpoints_and_the_job_stays_cancelled(slurm_cluster, tmp_path):
     out = tmp_path / "run"
     job = slurm_cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),

@@ -19,9 +19,12 @@ DDRL_EXIT_FINAL="2 5"
 
 # Each rank keeps one GPU: the one at its local rank in the list Slurm granted the node
 # (a list of one under --gpus-per-task). mpirun's ranks share one SLURM_LOCALID, so Open
-# MPI's local rank comes first.
+# MPI's local rank comes first. USR1 is ignored until `ddrl train` takes it as a stop
+# request (an ignored signal stays ignored across exec): one that arrives while the rank
+# starts would kill it; ddrl_wait_step repeats it until the step ends.
 # shellcheck disable=SC2016
 DDRL_RANK_SH='
+trap "" USR1
 if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
   IFS=, read -ra gpus <<< "$CUDA_VISIBLE_DEVICES"
   local_rank=${OMPI_COMM_WORLD_LOCAL_RANK:-${SLURM_LOCALID:-0}}
@@ -95,10 +98,15 @@ ddrl_step() {
 # rank will end, such as a process that left a rank's process tree, so the step's kill
 # missed it, and holds the step's output open. That launcher is ended and the step's status
 # is rank 0's (rank 0 checkpoints), so the job restarts or requeues instead of sitting out
-# its time limit.
+# its time limit. A stop asked for is repeated every 5 s: ranks that were still starting
+# when it came ignored it (DDRL_RANK_SH); a rank that has it already takes it once.
 ddrl_wait_step() {
-  local exited_at="" grace=${DDRL_STEP_GRACE:-60} i
+  local exited_at="" grace=${DDRL_STEP_GRACE:-60} i sent_at=$SECONDS
   while kill -0 "$step_pid" 2>/dev/null; do
+    if [ -n "$stop" ] && [ $((SECONDS - sent_at)) -ge 5 ]; then
+      kill -USR1 "$step_pid" 2>/dev/null
+      sent_at=$SECONDS
+    fi
     if [ -s "$DDRL_EXIT_FILE" ]; then
       exited_at=${exited_at:-$SECONDS}
       if [ $((SECONDS - exited_at)) -ge "$grace" ]; then
