@@ -170,3 +170,34 @@ def test_a_rank_frozen_at_start_up_ends_the_job_in_one_line(run_dir):
                      r"sync.startup_timeout = 20 s at "
                      r"start-up\) in a start-up collective for rank 1, which never joined", out), \
         out[-3000:]
+
+
+def test_a_rank_that_sees_an_older_checkpoint_resumes_with_rank_0s_counters(run_dir, tmp_path):
+    """A stale NFS cache: on resume, rank 1 sees only an older checkpoint (its own mount of
+    the run's checkpoints, bound over an old copy). Rank 0's counters go to every rank, so
+    both stop at the same frame; with its own, rank 1 trained on alone after rank 0 had
+    stopped, and the job ended in the all-reduce's watchdog."""
+    sets = [*NO_EVAL, "--set", "acting.mode=a2c", "--set", "sync.timeout=20"]
+    first = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, *sets,
+                 "--set", "run.max_frames=4000", ranks=2, timeout=240)
+    assert first.returncode == 0, first.stderr[-3000:]
+    old = tmp_path / "old-checkpoints"
+    subprocess.run(["cp", "-a", str(run_dir / "checkpoints"), str(old)], check=True)
+    second = ddrl("train", JOBS / "cartpole.toml", "--out", run_dir, "--resume", *sets,
+                  "--set", "run.max_frames=8000", ranks=2, timeout=240)
+    assert second.returncode == 0, second.stderr[-3000:]
+    newer = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))
+    assert newer.frames > checkpoint.load(checkpoint.latest(old)).frames
+    train = [*DDRL, "train", str(JOBS / "cartpole.toml"), "--out", str(run_dir), "--resume",
+             *sets, "--set", "run.max_frames=12000"]
+    stale = ["unshare", "--mount", "sh", "-c",
+             'mount --bind "$0" "$1" && shift && exec "$@"', str(old), str(run_dir / "checkpoints"),
+             *train]
+    launcher = mpirun(1)[:1] + mpirun(1)[3:]  # mpirun and its flags, without `-n 1`
+    res = subprocess.run([*launcher, "-n", "1", *train, ":", "-n", "1", *stale],
+                         capture_output=True, text=True, timeout=240, cwd=ROOT,
+                         env=env_for_tests())
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    starts = table(run_dir, "starts")
+    assert starts["frames"][-1] == newer.frames
+    assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).frames >= 12000
