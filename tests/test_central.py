@@ -74,15 +74,16 @@ def test_central_learns_cartpole_with_actors_on_other_hosts(run_dir):
 
 @pytest.mark.skipif(simhosts.available() is not None, reason=str(simhosts.available()))
 @pytest.mark.parametrize("fault", ["actor frozen", "actor's link cut", "actor killed",
-                                   "learner frozen"])
+                                   "learner frozen", "learner's link cut"])
 def test_a_fault_on_another_host_ends_or_carries_on_as_documented(run_dir, tmp_path, fault):
     """The learner on h1, an actor on each of h2 and h3, every link at 5 Mbit/s. An actor
     frozen on its host, or cut off (its link down: no reset, packets dropped), is left out
     after sync.timeout and the run trains on to its end and saves; an actor killed ends the
     job at once, its last checkpoint kept; a frozen learner is found gone by the actors,
-    which end the job. Each within a bounded time. After a cut, mpirun itself waits for the
-    lost host's daemon until TCP gives up (docs/reliability.md): the test ends it once the
-    learner has."""
+    which end the job; a learner cut off is ended by its host's daemon, its last checkpoint
+    kept, and the actors find it gone. Each within a bounded time. After a cut, mpirun
+    itself waits for the lost host's daemon until TCP gives up (docs/reliability.md): the
+    test ends it once every rank has ended."""
     # Long enough that the kill comes well before the end.
     frames = 300000 if fault == "actor killed" else 60000
     sets = ["--set", f"run.max_frames={frames}", "--set", "sync.timeout=4",
@@ -98,17 +99,20 @@ def test_a_fault_on_another_host_ends_or_carries_on_as_documented(run_dir, tmp_p
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env_for_tests(), stdout=sink,
                                 stderr=subprocess.STDOUT, text=True)
         try:
-            if fault in ("actor killed", "actor's link cut"):
+            if fault in ("actor killed", "actor's link cut", "learner's link cut"):
                 wait_for_updates(proc, run_dir, 50)
                 while checkpoint.latest(run_dir / "checkpoints") is None:
                     assert proc.poll() is None and time.monotonic() - started < 120
                     time.sleep(0.2)
-                learner = rank_pid(run_dir, 0)
+                ranks = [rank_pid(run_dir, r) for r in range(3)]
                 if fault == "actor killed":
-                    os.kill(rank_pid(run_dir, 2), signal.SIGKILL)
+                    os.kill(ranks[2], signal.SIGKILL)
                 else:
-                    subprocess.run(["ip", "link", "set", net.hosts[2].link, "down"], check=True)
-                    while Path(f"/proc/{learner}").exists() and time.monotonic() - started < 200:
+                    host = net.hosts[2 if fault == "actor's link cut" else 0]
+                    subprocess.run(["ip", "link", "set", host.link, "down"], check=True)
+                    # Every rank ends; mpirun then waits for the cut host's daemon.
+                    while any(Path(f"/proc/{pid}").exists() for pid in ranks) and \
+                            time.monotonic() - started < 200:
                         time.sleep(0.5)
                     proc.kill()
             proc.wait(timeout=240)
