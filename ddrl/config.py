@@ -625,40 +625,12 @@ def validate(cfg: Config) -> None:
         raise DdrlError(f"config key env.observe: {cfg.env.observe} must be distinct indices >= 0")
     if any(width < 1 for width in cfg.model.hidden):
         raise DdrlError(f"config key model.hidden: {cfg.model.hidden} has a layer of no units")
-    rollout = cfg.acting.n_sim * cfg.acting.t_max * cfg.env.frame_skip
-    if cfg.acting.mode == "a2c" and rollout > cfg.run.max_frames:
-        raise DdrlError(f"config key run.max_frames: {cfg.run.max_frames:,} is less than one rollout "
-                        f"of one rank (acting.n_sim x acting.t_max x env.frame_skip = {rollout:,} frames)")
     if None not in (cfg.eval.target, cfg.eval.max_return) and cfg.eval.max_return < cfg.eval.target:
         raise DdrlError(f"config key eval.max_return: {cfg.eval.max_return:g} is below eval.target "
                         f"{cfg.eval.target:g}, which could then never be reached")
     if cfg.eval.target is not None and cfg.eval.episodes == 0:
         raise DdrlError(f"config key eval.target: {cfg.eval.target:g} can never be reached with "
                         "eval.episodes = 0 (no evaluations): also set eval.target = none")
-    if cfg.acting.mode == "ba3c" and cfg.acting.n_sim < cfg.acting.predictors:
-        raise DdrlError("config key acting.predictors: more predictor threads than simulators (acting.n_sim)")
-    if cfg.algo.recurrent and "dqn" in (cfg.acting.mode, cfg.algo.name):
-        raise DdrlError("config key algo.recurrent: a recurrent actor-critic runs on the a2c or "
-                        "ba3c node (central mode's too) with an actor-critic algo.name; R2D2 is "
-                        "dqn.recurrent")
-    if cfg.algo.recurrent and cfg.acting.mode == "ba3c" and cfg.acting.batch_size % cfg.acting.t_max:
-        raise DdrlError(f"config key acting.batch_size: {cfg.acting.batch_size} is not a whole number "
-                        f"of acting.t_max = {cfg.acting.t_max} steps (a recurrent network learns on "
-                        "sequences of acting.t_max)")
-    # A recurrent network's data points are sequences: a rollout per simulator (a2c), a
-    # segment of acting.t_max steps (ba3c).
-    sequences = cfg.acting.n_sim if cfg.acting.mode == "a2c" else cfg.acting.batch_size // cfg.acting.t_max
-    if cfg.algo.recurrent and cfg.algo.minibatches > sequences:
-        raise DdrlError(f"config key algo.minibatches: {cfg.algo.minibatches} minibatches of "
-                        f"{sequences} sequences (a recurrent network's data points: "
-                        "each simulator's rollout on the a2c node, acting.batch_size / acting.t_max "
-                        "on the ba3c node)")
-    if cfg.acting.mode == "a2c" and cfg.algo.minibatches > cfg.acting.n_sim * cfg.acting.t_max:
-        raise DdrlError("config key algo.minibatches: more minibatches than data points in a "
-                        "rollout (acting.n_sim x acting.t_max)")
-    if cfg.acting.mode == "ba3c" and cfg.algo.minibatches > cfg.acting.batch_size:
-        raise DdrlError("config key algo.minibatches: more minibatches than data points in a "
-                        "batch (acting.batch_size)")
     _validate_dqn(cfg)
     if cfg.model.arch == "ddrl" and cfg.env.size < 52:
         raise DdrlError("config key env.size: the 'ddrl' net needs frames of at least 52x52")
@@ -666,16 +638,6 @@ def validate(cfg: Config) -> None:
         raise DdrlError("config key model.arch: 'mlp' is for vector observations, not Atari")
     if cfg.model.arch != "mlp" and not cfg.is_atari:
         raise DdrlError(f"config key model.arch: {cfg.model.arch!r} needs image observations; use 'mlp'")
-
-
-def replay_frames_needed(cfg: Config, streams: int) -> int:
-    """The smallest replay memory whose `streams` each hold two frame stacks and n-step
-    transitions, or two of R2D2's sequences (burn-in, the steps learned, their n-step
-    successors) wherever they start."""
-    a = cfg.dqn
-    stack = 4 if cfg.is_atari else 1
-    steps = (a.burn_in + a.sequence + a.sequence_period) if a.recurrent else 1
-    return streams * (stack + steps + a.n_step) * 2
 
 
 def _validate_dqn(cfg: Config) -> None:
@@ -686,10 +648,6 @@ def _validate_dqn(cfg: Config) -> None:
     if not dqn_algo:
         return
     a = cfg.dqn
-    if a.concurrent and a.target_period % a.train_period:
-        raise DdrlError(f"config key dqn.target_period: {a.target_period} is not a multiple of "
-                        f"dqn.train_period ({a.train_period}), so concurrent training cannot "
-                        "train target_period / train_period minibatches per period")
     if a.atoms == 1:
         raise DdrlError("config key dqn.atoms: one atom is no distribution; use 0 (Q-values) or "
                         "2 or more (Categorical DQN, 51 in C51)")
@@ -703,9 +661,6 @@ def _validate_dqn(cfg: Config) -> None:
     if a.recurrent and a.atoms > 1:
         raise DdrlError("config key dqn.atoms: a distributional head is not available with a "
                         "recurrent Q network (dqn.recurrent > 0) yet")
-    if a.replay_frames < replay_frames_needed(cfg, a.samplers):
-        raise DdrlError(f"config key dqn.replay_frames: {a.replay_frames} frames cannot hold "
-                        f"{a.samplers} samplers' stacks and {a.n_step}-step transitions")
 
 
 def load_config(path: str | Path | None, overrides: list[str] = (),

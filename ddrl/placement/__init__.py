@@ -104,12 +104,18 @@ def no_virtual_ranks(cfg: Config) -> None:
 
 
 def check_config(cfg: Config) -> None:
+    """The checks of the rooms above config.py: the actors' (`ddrl.acting.check_config`),
+    then the placement's."""
+    from ddrl.acting import check_config as check_actors
+
+    check_actors(cfg)
     placement_of(cfg).check_config(cfg)
 
 
 def load_job(job, overrides: list[str] = (), note=None) -> Config:
     """A job file and `--set` overrides as a config every floor has checked: the game
-    (`ddrl.envs`), the keys (`ddrl.config`), the placement's combinations (`check_config`)."""
+    (`ddrl.envs`), the keys (`ddrl.config`), the actors' and the placement's combinations
+    (`check_config`)."""
     from ddrl.envs import check_env_id
 
     return load_config(job, overrides, check_env=check_env_id, note=note, checks=(check_config,))

@@ -52,13 +52,13 @@ def test_overrides_are_toml_literals_and_coerced():
 ])
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(DdrlError, match=re.escape(message)):
-        load_config(JOBS / "pong-ppo.toml", [override])
+        load_job(JOBS / "pong-ppo.toml", [override])
 
 
 def test_ba3c_minibatches_must_fit_its_batch():
-    load_config(JOBS / "pong-ppo.toml", ["acting.mode=ba3c", "algo.name=appo"])
+    load_job(JOBS / "pong-ppo.toml", ["acting.mode=ba3c", "algo.name=appo"])
     with pytest.raises(DdrlError, match="more minibatches than data points in a batch"):
-        load_config(JOBS / "pong-ppo.toml", ["acting.mode=ba3c", "acting.batch_size=2"])
+        load_job(JOBS / "pong-ppo.toml", ["acting.mode=ba3c", "acting.batch_size=2"])
 
 
 @pytest.mark.parametrize("override, message", [
@@ -188,7 +188,7 @@ def test_every_line_of_the_shipped_sweep_files_is_a_valid_run():
         assert main_job, f"{sweep.name}'s header names no job"
         for task, words in enumerate(sweep_lines(sweep)):
             job, sets = task_config(str(JOBS.parent / main_job[1]), [], str(sweep), task)
-            check_env_id(load_config(job, sets).env.id)
+            check_env_id(load_job(job, sets).env.id)
             assert sets == [w for w in words if not w.endswith(".toml")]
 
 

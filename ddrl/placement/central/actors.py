@@ -11,10 +11,11 @@ import time
 
 import numpy as np
 
+from ddrl.acting import replay_frames_needed
 from ddrl.acting.ba3c import BA3CActors
 from ddrl.acting.dqn import DQNActors, Experience, Predict, epsilon_greedy
 from ddrl.acting.policy import RecurrentState
-from ddrl.config import Config, replay_frames_needed
+from ddrl.config import Config
 from ddrl.distributed.central import RemotePool
 from ddrl.errors import DdrlError
 from ddrl.learner import Learner
