@@ -141,35 +141,24 @@ def test_a_rank_frozen_after_its_last_update_ends_the_job_after_rank_0_saved(run
     assert latest.frames >= 20000
 
 
-def test_a_rank_frozen_before_mpi_starts_ends_the_job_in_one_line(run_dir):
-    """Frozen before MPI's initialisation (a hung import from a shared filesystem): the other
-    rank waited in MPI_Init or the world's first collectives for ever, spinning a core; the
-    start-up's deadline ends the job instead."""
+@pytest.mark.parametrize("stage, waited", [
+    # Before MPI's initialisation (a hung import from a shared filesystem): the other rank
+    # waited in MPI_Init or the world's first collectives for ever, spinning a core.
+    (-4, "for the job's ranks to start MPI and meet: one is frozen or lost before it; ending "
+         "the job"),
+    # Before the initial weights are shared: the other rank, inside a blocking broadcast,
+    # would spin a core forever.
+    (-1, "in a start-up collective for rank 1, which never joined: frozen or lost; ending the "
+         "job")])
+def test_a_rank_frozen_at_start_up_ends_the_job_in_one_line(run_dir, stage, waited):
     cmd = [*mpirun(2), *DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir, *NO_EVAL,
            "--set", "sync.timeout=5", "--set", "sync.startup_timeout=20",
-           "--set", "debug.freeze_rank=1", "--set", "debug.freeze_update=-4"]
+           "--set", "debug.freeze_rank=1", "--set", f"debug.freeze_update={stage}"]
     code, out = run_with_a_frozen_rank(cmd, run_dir, 1)
     assert code != 0
     assert out.count("ddrl: error:") == 1, out[-3000:]
     assert ("ddrl: error: rank 0 waited 20 s (sync.timeout, at least sync.startup_timeout = 20 s "
-            "at start-up) for the job's ranks to start MPI and meet: one is frozen or lost before "
-            "it; ending the job") in out, out[-3000:]
-
-
-def test_a_rank_frozen_at_start_up_ends_the_job_in_one_line(run_dir):
-    """Frozen before the initial weights are shared: the other rank, inside a blocking
-    broadcast, would spin a core forever; a deadline ends the job instead."""
-    cmd = [*mpirun(2), *DDRL, "train", JOBS / "cartpole.toml", "--out", run_dir, *NO_EVAL,
-           "--set", "sync.timeout=5", "--set", "sync.startup_timeout=20",
-           "--set", "debug.freeze_rank=1",
-           "--set", "debug.freeze_update=-1"]
-    code, out = run_with_a_frozen_rank(cmd, run_dir, 1)
-    assert code != 0
-    assert out.count("ddrl: error:") == 1, out[-3000:]
-    assert re.search(r"ddrl: error: rank 0 waited 20 s \(sync.timeout, at least "
-                     r"sync.startup_timeout = 20 s at "
-                     r"start-up\) in a start-up collective for rank 1, which never joined", out), \
-        out[-3000:]
+            f"at start-up) {waited}") in out, out[-3000:]
 
 
 def test_a_rank_that_sees_an_older_checkpoint_resumes_with_rank_0s_counters(run_dir, tmp_path):
