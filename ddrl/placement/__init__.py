@@ -12,7 +12,8 @@ A new placement is a module here with a class of this shape and one line in PLAC
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from ddrl.config import Config, load_config
 from ddrl.distributed.world import World
@@ -112,7 +113,8 @@ def check_config(cfg: Config) -> None:
     placement_of(cfg).check_config(cfg)
 
 
-def load_job(job, overrides: list[str] = (), note=None) -> Config:
+def load_job(job: str | Path | None, overrides: list[str] = (),
+             note: Callable[[str], None] | None = None) -> Config:
     """A job file and `--set` overrides as a config every floor has checked: the game
     (`ddrl.envs`), the keys (`ddrl.config`), the actors' and the placement's combinations
     (`check_config`)."""
