@@ -26,7 +26,7 @@ def reference_markdown() -> str:
     import dataclasses
     import typing
 
-    from ddrl.config import _CHOICES, _RANGES, DOCS, RENAMED, Config, _key
+    from ddrl.config import _CHOICES, _RANGES, DOCS, RENAMED, RENAMED_SECTIONS, Config, _key
 
     cfg = Config()
     lines = ["# Configuration reference", "",
@@ -50,6 +50,7 @@ def reference_markdown() -> str:
               "compares old logs' settings under the new names.", "",
               "| old key | new key |", "|---|---|"]
     lines += [f"| `{old}` | `{new}` |" for old, new in RENAMED.items()]
+    lines += [f"| `[{old}]` (the whole section) | `[{new}]` |" for old, new in RENAMED_SECTIONS.items()]
     return "\n".join(lines) + "\n"
 
 
