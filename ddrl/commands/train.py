@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, signals: StopSignals) -> int:
     from ddrl.distributed.waiting import Deadline
-    from ddrl.distributed.world import discover, launcher_rank
+    from ddrl.distributed.world import discover, launched_by_mpi_or_slurm, launcher_rank
     from ddrl.loop.faults import BEFORE_MPI, freeze_at_startup
     from ddrl.placement import check_world
 
@@ -48,10 +48,13 @@ def _run(args: argparse.Namespace, signals: StopSignals) -> int:
         freeze_at_startup(cfg, rank, BEFORE_MPI)
         seconds, limit = _startup_limit(cfg)
         # A rank frozen before MPI (a hung import from a shared filesystem) holds the others
-        # in MPI_Init or the world's first collectives, spinning a core, for ever.
-        with Deadline(seconds, f"rank {rank} waited {seconds:g} s ({limit}) for the job's ranks to "
-                      "start MPI and meet: one is frozen or lost before it; ending the job",
-                      speaker=rank == 0):
+        # in MPI_Init or the world's first collectives, spinning a core, for ever. Without a
+        # launcher there is no MPI and nobody to wait for.
+        deadline = Deadline(seconds, f"rank {rank} waited {seconds:g} s ({limit}) for the job's "
+                            "ranks to start MPI and meet: one is frozen or lost before it; ending "
+                            "the job", speaker=rank == 0) if launched_by_mpi_or_slurm() \
+            else contextlib.nullcontext()
+        with deadline:
             world = discover(need_mpi=False)
             startup = _startup_watchdog(cfg, world)  # its roll call's communicator is a collective
         check_world(cfg, world.size)
