@@ -51,6 +51,33 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(cpuinfo().get("flags", "").split())
 
 
+def peak_flops_per_cycle(precision: str = "float32") -> tuple[int, str] | None:
+    """A core's arithmetic bound in FLOP per cycle (a fused multiply-add counts 2) and the
+    reason, from the CPU's vendor, family and flags; None where the generation is unknown.
+    Virtual machines often hide the model name, never the family. bfloat16 counts only native
+    units: AMX tiles, else AVX512-BF16's dot products (twice the float32 lanes)."""
+    info, flags = cpuinfo(), cpu_flags()
+    vendor, family = info.get("vendor_id", ""), int(info.get("cpu family", "0") or 0)
+    if vendor == "AuthenticAMD" and family >= 25:
+        # Zen 3: two 256-bit FMA pipes; Zen 4: AVX-512 on the same 256-bit pipes, twice each;
+        # Zen 5 (family 26): full 512-bit pipes.
+        fp32, why = (64, "AMD Zen 5: 2 x 512-bit FMA") if family >= 26 else (
+            32, "AMD Zen 3/4: 2 x 256-bit FMA")
+    elif vendor == "GenuineIntel" and "avx512f" in flags:
+        fp32, why = 64, "Intel AVX-512: 2 x 512-bit FMA (server parts)"
+    elif "fma" in flags:
+        fp32, why = 32, "2 x 256-bit FMA"
+    else:
+        return None
+    if precision == "float32":
+        return fp32, why
+    if "amx_bf16" in flags:
+        return 1024, "AMX-BF16 tiles"
+    if "avx512_bf16" in flags:
+        return 2 * fp32, why + ", AVX512-BF16 dot products"
+    return None
+
+
 def configure_tensorflow(cores: int, deterministic: bool) -> None:
     import tensorflow as tf
 

@@ -25,6 +25,13 @@ def test_bench_node_prints_all_figures():
         assert re.search(rf"{share} \d+%", out), out
     peak = re.search(r"peak resident memory per rank: (\d+\.\d\d) GiB", out)
     assert peak and 0.05 < float(peak.group(1)) < 8, out
+    # CartPole's a2c node: one forward pass to act, 3 for its one training pass, per agent step.
+    assert re.search(r"^arithmetic: \d+\.\d\d MFLOP per frame \(\d+\.\d\d MFLOP a forward pass "
+                     r"x \(1 to act \+ 3 x 1 training passes\) / 1 frames an agent step\)$",
+                     out, re.M), out
+    assert re.search(rf"^float32 matmul \(1,024\^2\) on these threads: {NUMBER} GFLOP/s", out, re.M)
+    for row in ("node", "network alone"):
+        assert re.search(rf"^{row}\s+{NUMBER} GFLOP/s: \d+\.\d\d of the matmul's", out, re.M), out
 
 
 def test_bench_node_rejects_bad_arguments():

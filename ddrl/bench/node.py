@@ -218,6 +218,35 @@ def network_rate(learner, obs_shape: tuple[int, ...], obs_dtype: np.dtype, infer
             t.join()
 
 
+def matmul_rate(dtype: str, seconds: float, n: int = 1024) -> float:
+    """FLOP/s of an n x n matmul in `dtype` on this rank's threads: oneDNN's GEMM, the most
+    of the cores' bound a network's kernels can hope for (the clock under load included)."""
+    import tensorflow as tf
+
+    a = tf.cast(np.random.default_rng(0).uniform(-1, 1, (n, n)).astype(np.float32), dtype)
+    step = tf.function(lambda x: tf.reduce_sum(tf.cast(tf.matmul(x, x), tf.float32)),
+                       autograph=False).get_concrete_function(tf.TensorSpec((n, n), dtype))
+    step(a).numpy()
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step(a).numpy()
+        calls += 1
+    return 2 * n ** 3 * calls / (time.perf_counter() - start)
+
+
+def forward_passes(learner, train_batch: int) -> tuple[int, float, float]:
+    """(FLOP of one forward pass, forward passes to act on an agent step, training passes of
+    its data point): one pass acts, one more where the learner re-values the rollout
+    (off-policy targets); a training pass (forward and backward) costs 3 forward passes."""
+    from ddrl.models import forward_flops
+
+    algo = learner.algo
+    index = np.zeros(train_batch)
+    passes = sum(len(m) for m in algo.minibatches(Batch(index, index, index),
+                                                  np.random.default_rng(0))) / train_batch
+    return forward_flops(learner.model), 1 + bool(getattr(algo, "off_policy", False)), passes
+
+
 def batch_sizes(cfg) -> tuple[int, int]:
     """(inference batch, training batch) of an actor-critic node, for the network alone."""
     if cfg.acting.mode == "a2c":
@@ -228,8 +257,11 @@ def batch_sizes(cfg) -> tuple[int, int]:
 
 
 def ceilings(cfg, learner, node_cls, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
-             seconds: float) -> tuple[float, float, int]:
-    """(emulator agent steps/s, network data points/s, frames per agent step) of one rank."""
+             seconds: float) -> tuple[float, float, int, float]:
+    """(emulator agent steps/s, network data points/s, frames per agent step, matmul FLOP/s)
+    of one rank."""
+    from ddrl.models import compute_precision
+
     node = node_cls(cfg, learner, rank=0, restart=0)
     try:
         frames_per_step = node.pools[0].frames_per_step
@@ -239,7 +271,8 @@ def ceilings(cfg, learner, node_cls, obs_shape: tuple[int, ...], obs_dtype: np.d
     actor_threads = cfg.acting.predictors if cfg.acting.mode == "ba3c" else 0
     network = network_rate(learner, obs_shape, obs_dtype, *batch_sizes(cfg), seconds,
                            actor_threads)
-    return emulator, network, frames_per_step
+    return emulator, network, frames_per_step, matmul_rate(compute_precision(cfg.model),
+                                                           min(3.0, seconds / 4))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -277,9 +310,39 @@ def run(args: argparse.Namespace) -> int:
     halves = [ceilings(cfg, learner, node_cls, obs_shape, obs_dtype, args.seconds / 2)]
     fig = measure_training(args.job, args.set, args.seconds, halves[0][2], args.ranks)
     halves.append(ceilings(cfg, learner, node_cls, obs_shape, obs_dtype, args.seconds / 2))
-    emulator, network = (sum(h[i] for h in halves) / 2 * args.ranks for i in (0, 1))
+    emulator, network, _, matmul = (sum(h[i] for h in halves) / 2 * args.ranks
+                                    for i in range(4))
     print(format_report(fig, emulator, network, halves[0][2], args.ranks))
+    print(format_bound(fig, network, forward_passes(learner, train_batch), halves[0][2], matmul,
+                       compute_precision(cfg.model), threads * args.ranks))
     return 0
+
+
+def format_bound(fig: NodeFigures, network: float, passes: tuple[int, float, float],
+                 frames_per_step: int, matmul: float, precision: str, cores: int) -> str:
+    """The node's and the network's arithmetic rates against the cores' bound: the nominal one
+    (FLOP per cycle at cpuinfo's clock) and a large matmul's, measured on the same threads."""
+    from ddrl.cpus import cpuinfo, peak_flops_per_cycle
+
+    forward, acting, training = passes
+    step_flops = forward * (acting + 3 * training)
+    lines = [f"arithmetic: {step_flops / frames_per_step / 1e6:.2f} MFLOP per frame "
+             f"({forward / 1e6:.2f} MFLOP a forward pass x ({acting} to act + 3 x {training:g} "
+             f"training passes) / {frames_per_step} frames an agent step)",
+             f"{precision} matmul (1,024^2) on these threads: {matmul / 1e9:,.1f} GFLOP/s "
+             f"({matmul / cores / 1e9:,.1f} a core)"]
+    peak, mhz = peak_flops_per_cycle(precision), float(cpuinfo().get("cpu MHz", "0") or 0)
+    nominal = peak[0] * mhz * 1e6 * cores if peak and mhz else None
+    if nominal:
+        lines.append(f"{precision} nominal bound: {peak[0]} FLOP/cycle ({peak[1]}) x "
+                     f"{mhz:,.0f} MHz (cpuinfo) x {cores} cores = {nominal / 1e9:,.1f} GFLOP/s")
+    # The network alone trains each data point once, beside the inference that chose it.
+    for name, rate in (("node", fig.agent_steps * step_flops),
+                       ("network alone", network * forward * (acting + 3))):
+        against = f"{rate / matmul:.2f} of the matmul's" + (
+            f", {rate / nominal:.2f} of the nominal bound" if nominal else "")
+        lines.append(f"{name:14s}{rate / 1e9:8,.1f} GFLOP/s: {against}")
+    return "\n".join(lines)
 
 
 def format_report(fig: NodeFigures, emulator: float, network: float, frames_per_step: int,
