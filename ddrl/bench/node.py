@@ -336,9 +336,9 @@ def format_bound(fig: NodeFigures, network: float, passes: tuple[int, float, flo
     if nominal:
         lines.append(f"{precision} nominal bound: {peak[0]} FLOP/cycle ({peak[1]}) x "
                      f"{mhz:,.0f} MHz (cpuinfo) x {cores} cores = {nominal / 1e9:,.1f} GFLOP/s")
-    # The network alone trains each data point once, beside the inference that chose it.
+    # The network alone trains each data point once, beside the one inference that chose it.
     for name, rate in (("node", fig.agent_steps * step_flops),
-                       ("network alone", network * forward * (acting + 3))):
+                       ("network alone", network * forward * (1 + 3))):
         against = f"{rate / matmul:.2f} of the matmul's" + (
             f", {rate / nominal:.2f} of the nominal bound" if nominal else "")
         lines.append(f"{name:14s}{rate / 1e9:8,.1f} GFLOP/s: {against}")
