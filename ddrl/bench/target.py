@@ -2,8 +2,9 @@
 score. The job runs to its `eval.target` for seeds 0..N-1, one after another, as the sweep
 `run.seed=0`, `run.seed=1`, ... (`ddrl sweep`: DIR/seed_0, ...; run again, it skips the
 finished runs and resumes a stopped one), then prints per seed and as the median the frames
-and minutes to the target (when the weights that first scored it were taken), the frames/s
-of the whole run, evaluations included, and the CPU.
+and minutes to the confirmed target (when the weights that scored it over eval.confirm_episodes
+games were taken) and when the run knew it, the first evaluation at the target, the online
+figure, the frames/s of the whole run, evaluations included, and the CPU.
 """
 from __future__ import annotations
 
@@ -53,28 +54,44 @@ def run(args: argparse.Namespace) -> int:
 
 
 def report(job: str, run_dirs: list[Path], target: float, cpu: str) -> str:
+    """Per seed and as the median: when the weights that confirmed the target were taken
+    (frames, minutes), when the run knew it (minutes; the lag in seconds), the first evaluation
+    at the target whether its confirmation held or not, the online figure (the mean of the last
+    100 training games, the published PPO curves' protocol) and the frames/s."""
     from analysis.load import load_run
-    from analysis.scores import first_reaching
+    from analysis.scores import detection_lag, first_confirmed, to_online_target, to_target
 
-    lines = [f"ddrl bench target {job}: eval.target {target:g}; {cpu}",
-             f"{'seed':>6s}{'reached':>9s}{'frames':>14s}{'minutes':>9s}{'frames/s':>10s}"
+    lines = [f"ddrl bench target {job}: eval.target {target:g}, confirmed; {cpu}",
+             f"{'seed':>6s}{'confirmed':>10s}{'frames':>14s}{'minutes':>9s}{'known at':>10s}"
+             f"{'lag s':>7s}{'first at':>14s}{'online at':>14s}{'frames/s':>10s}"
              f"{'evaluations':>13s}"]
-    found: list[tuple[float, float, float]] = []
+    found: list[tuple[float, ...]] = []
     for seed, run_dir in enumerate(run_dirs):
         run = load_run(run_dir)
         done = run.progress()
         rate = done.frames / done.wall_time if done.wall_time > 0 else math.nan
-        hit = first_reaching(run["eval"], target)
+        hit = first_confirmed(run, target)
         frames, minutes = ((float(hit["frames"]), float(hit["wall_time"]) / 60)
                            if hit is not None else (math.nan, math.nan))
-        found.append((frames, minutes, rate))
+        lag = detection_lag(run, target)
+        known = minutes + lag / 60
+        row = (frames, minutes, known, lag, to_target(run, target)[1],
+               to_online_target(run, target)[1], rate)
+        found.append(row)
         reached = f"{hit['mean_return']:+.1f}" if hit is not None else "no"
-        lines.append(f"{seed:6d}{reached:>9s}{frames:14,.0f}{minutes:9.1f}{rate:10,.0f}"
-                     f"{len(run['eval']):13d}")
+        lines.append(f"{seed:6d}{reached:>10s}{_figures(row)}{len(run['eval']):13d}")
     # A seed that never reached the target counts as infinitely slow, not as missing.
     med = [statistics.median(math.inf if math.isnan(v) else v for v in col)
            for col in zip(*found)]
     reached = sum(not math.isnan(f[0]) for f in found)
-    lines.append(f"{'median':>6s}{f'{reached}/{len(found)}':>9s}{med[0]:14,.0f}{med[1]:9.1f}"
-                 f"{med[2]:10,.0f}")
+    lines.append(f"{'median':>6s}{f'{reached}/{len(found)}':>10s}{_figures(med)}")
     return "\n".join(lines)
+
+
+def _figures(row) -> str:
+    """The report's figures in their columns; "-" where there is none (a target not reached,
+    a median past the seeds that reached it)."""
+    columns = ((14, ",.0f"), (9, ".1f"), (10, ".1f"), (7, ".0f"), (14, ",.0f"), (14, ",.0f"),
+               (10, ",.0f"))
+    return "".join(f"{v:{width}{spec}}" if math.isfinite(v) else f"{'-':>{width}s}"
+                   for v, (width, spec) in zip(row, columns))
