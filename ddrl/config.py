@@ -110,6 +110,12 @@ class ActingConfig:
         doc="data points per update per rank (ba3c; DQN's minibatch; in a2c it is `n_sim x t_max`)")
     t_max: int = setting(5, bounds=(1, None, True),
         doc="steps per segment or rollout: the n of n-step returns")
+    # a2c: while one group's simulators step (C++ threads, GIL released) the network infers for
+    # another; on a rank with one core both share it, and fewer, larger inference calls pay
+    # the call's fixed cost less often.
+    groups: int = setting(2, bounds=(1, 64, True),
+        doc="alternating simulator groups of the a2c node (at most `n_sim`): the network infers for "
+            "one while the others step")
     predictors: int = setting(1, bounds=(1, None, True),
         doc="predictor threads (ba3c; each owns `n_sim / predictors` simulators)")
     predict_batch: int = setting(0, bounds=(0, None, True),

@@ -220,3 +220,30 @@ def _colourful(image: Image.Image) -> bool:
     """Pong's screen: an orange-brown field, not shades of grey."""
     rgb = np.asarray(image, np.int16)
     return bool((np.abs(rgb[..., 0] - rgb[..., 2]) > 60).mean() > 0.5)
+
+
+@pytest.mark.parametrize("groups", [1, 3])
+def test_a2c_node_steps_its_simulators_in_any_number_of_groups(groups):
+    """`acting.groups` splits the a2c node's simulators into that many alternating groups: one
+    rollout holds every simulator's t_max steps whatever the split, and the same seed and
+    split replay the same rollout."""
+    from ddrl.acting.a2c import A2CActors
+    from ddrl.config import load_config
+    from ddrl.envs import env_spec
+    from ddrl.learner import Learner
+
+    cfg = load_config(JOBS / "cartpole.toml", ["acting.mode=a2c", "acting.n_sim=6",
+                                               "acting.t_max=4", f"acting.groups={groups}"])
+    learner = Learner(cfg, *env_spec(cfg))
+    batches = []
+    for _ in range(2):
+        actors = A2CActors(cfg, learner, rank=0, restart=0)
+        try:
+            assert len(actors.pools) == groups
+            batches.append(actors._rollout())
+        finally:
+            actors.close()
+    first, again = batches
+    assert len(first) == 6 * 4 and first.obs.shape == (24, *env_spec(cfg)[0])
+    np.testing.assert_array_equal(first.obs, again.obs)
+    np.testing.assert_array_equal(first.actions, again.actions)

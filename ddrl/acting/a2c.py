@@ -1,4 +1,5 @@
-"""Synchronous A2C with two alternating simulator groups (accelerated-methods paper, 4.1).
+"""Synchronous A2C with alternating simulator groups (`acting.groups`, two by default:
+accelerated-methods paper, 4.1).
 
 While the network infers actions for one group, the other group's simulators step in their
 own vector env's C++ threads (both release the GIL), so neither the emulator nor the
@@ -29,7 +30,7 @@ from ddrl.learner import Learner
 class A2CActors(Actors):
     def __init__(self, cfg: Config, learner: Learner, rank: int, restart: int):
         super().__init__(cfg, learner, rank, restart)
-        groups = np.array_split(np.arange(cfg.acting.n_sim), min(2, cfg.acting.n_sim))
+        groups = np.array_split(np.arange(cfg.acting.n_sim), min(cfg.acting.groups, cfg.acting.n_sim))
         self.pools: list[SimPool] = [self.make_pool(f"sim{g}", len(members))
                                      for g, members in enumerate(groups)]
         self._rngs = [self.rng(f"actions{g}") for g in range(len(groups))]

@@ -250,7 +250,8 @@ def forward_passes(learner, train_batch: int) -> tuple[int, float, float]:
 def batch_sizes(cfg) -> tuple[int, int]:
     """(inference batch, training batch) of an actor-critic node, for the network alone."""
     if cfg.acting.mode == "a2c":
-        return -(-cfg.acting.n_sim // min(2, cfg.acting.n_sim)), cfg.acting.t_max * cfg.acting.n_sim
+        groups = min(cfg.acting.groups, cfg.acting.n_sim)
+        return -(-cfg.acting.n_sim // groups), cfg.acting.t_max * cfg.acting.n_sim
     from ddrl.acting.ba3c import inference_batch
 
     return inference_batch(cfg, -(-cfg.acting.n_sim // cfg.acting.predictors)), cfg.acting.batch_size
