@@ -94,7 +94,9 @@ def plot_frames_to_score(df: pd.DataFrame, target_label: str = "the target"):
     fig, axes = new_figure(1, 1, width=8.0, height=5.0)
     ax = axes[0][0]
     table = summary_table(df)
-    colors = {rule: f"C{i}" for i, rule in enumerate(dict.fromkeys(df["rule"]))}
+    # Matplotlib's cycle without its gray (C7), the colour of the 2x line.
+    palette = [f"C{i}" for i in range(10) if i != 7]
+    colors = {rule: palette[i % len(palette)] for i, rule in enumerate(dict.fromkeys(df["rule"]))}
     rng = np.random.default_rng(0)
     for rule, g in df.groupby("rule", sort=False):
         color = colors[rule]
