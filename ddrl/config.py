@@ -111,8 +111,8 @@ class ActingConfig:
     t_max: int = setting(5, bounds=(1, None, True),
         doc="steps per segment or rollout: the n of n-step returns")
     # a2c: while one group's simulators step (C++ threads, GIL released) the network infers for
-    # another; on a rank with one core both share it, and fewer, larger inference calls pay
-    # the call's fixed cost less often.
+    # another. One group makes half the inference calls; on one core per rank it ran as fast
+    # as two (Pong recipe, Zen 4), so two stay, for ranks with cores to overlap on.
     groups: int = setting(2, bounds=(1, 64, True),
         doc="alternating simulator groups of the a2c node (at most `n_sim`): the network infers for "
             "one while the others step")
