@@ -74,3 +74,12 @@ def test_the_projection_prints_its_inputs_and_refuses_past_the_largest_measured_
                         tmp_path / "k2", "--nodes", "4", "--cores-per-node", "1",
                         "--extrapolate", timeout=120)
     assert "EXTRAPOLATED" in extrapolated.stdout, extrapolated.stdout
+    # Runs that missed the target: their budget bounds the frames from below, and so the minutes.
+    missed = ddrl("bench", "project", JOBS / "cartpole.toml", "--runs", tmp_path / "k1",
+                  tmp_path / "k2", "--nodes", "1", "2", "--cores-per-node", "1", "--link",
+                  "1gbit", "--target", "100000", timeout=120)
+    assert missed.returncode == 0, missed.stderr
+    assert "1 ranks: 0/1 reached, median > 0." in missed.stdout, missed.stdout
+    rows = [line for line in missed.stdout.splitlines() if line[:5].strip().isdigit()]
+    assert len(rows) == 2 and all(r.endswith("measured, a lower bound") and "> " in r
+                                  for r in rows), missed.stdout

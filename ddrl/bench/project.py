@@ -4,7 +4,9 @@ minutes to the target on a cluster, from measured inputs only.
 Data-parallel training to a score costs, at R ranks (nodes x ranks per node):
 - the frames F(R) and updates U(R) the job needs at the global batch of R ranks: measured by
   runs of the job at several rank counts, real or rehearsed (`sync.virtual_ranks`), and
-  interpolated log-log between them; never past the largest measured count unless asked;
+  interpolated log-log between them; never past the largest measured count unless asked; a
+  run that missed the target counts as reaching it past its budget, so a median resting on
+  one is a lower bound, and so are the minutes projected from it;
 - each rank's simulation and training, F(R) / (R x frames/s of a rank), a rank being one core
   as in the recipes, at the runs' measured frames/s per core (a rehearsal's per-core rate is a
   real rank's: each virtual rank simulates and trains what a real one would);
@@ -60,13 +62,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 @dataclass
 class Point:
-    """What the runs at one rank count measured."""
+    """What the runs at one rank count measured: per run, the frames and updates to the target,
+    or those it ran where it did not reach it."""
     ranks: int
-    runs: int
-    frames: list[float]    # to the target, per run that reached it
+    frames: list[float]
     updates: list[float]
+    reached: list[bool]
     fps_per_core: list[float]
     cpus: set[str]
+
+    def median(self, field: str) -> tuple[float, bool]:
+        """(median of `field`, exact): a run that missed the target counts as reaching it past
+        its budget, so where the middle run missed, the median is only a lower bound."""
+        import pandas as pd
+
+        from analysis.batch_scaling import median_bound
+
+        return median_bound(pd.Series(getattr(self, field)), pd.Series(self.reached))
 
 
 def _rate(train) -> float:
@@ -90,42 +102,53 @@ def measure(paths: list[str], target: float | None, run_cores: int | None) -> li
             raise DdrlError(f"{run.name}: its log does not say how many cores it had; "
                             "give --run-cores")
         ranks = run.workers
-        point = points.setdefault(ranks, Point(ranks, 0, [], [], [], set()))
-        point.runs += 1
+        point = points.setdefault(ranks, Point(ranks, [], [], [], [], set()))
         point.cpus.add(re.sub(r", \d+ cores.*", "", str(run.attrs.get("cpu", "CPU not recorded"))))
-        point.fps_per_core.append(_rate(run["train"]) / int(cores))
+        train = run["train"]
+        point.fps_per_core.append(_rate(train) / int(cores))
         goal = resolve_target(run, target)
         if goal is None:
             raise DdrlError(f"{run.name}: no target (give --target)")
         # A crossing counts once confirmed where the run confirms (eval.confirm_episodes).
         hit = first_confirmed(run, goal)
-        if hit is not None:
-            point.frames.append(float(hit["frames"]))
-            point.updates.append(float(hit["update"]))
+        end = hit if hit is not None else (train.iloc[-1] if len(train) else None)
+        if end is None:
+            raise DdrlError(f"{run.name}: its log has no training rows")
+        point.frames.append(float(end["frames"]))
+        point.updates.append(float(end["update"]))
+        point.reached.append(hit is not None)
     return sorted(points.values(), key=lambda p: p.ranks)
 
 
-def interpolate(points: list[Point], ranks: int, field: str, extrapolate: bool
-                ) -> tuple[float, str]:
-    """The median of `field` at `ranks`, log-log between the measured counts around it, and
-    how it was found."""
-    known = [(p.ranks, float(np.median(getattr(p, field)))) for p in points if getattr(p, field)]
-    if not known:
-        return math.nan, "no run reached the target"
-    xs, ys = np.log([k for k, _ in known]), np.log([v for _, v in known])
+def interpolate(known: list[tuple[int, float, bool]], ranks: int, extrapolate: bool
+                ) -> tuple[float, str, bool]:
+    """A figure at `ranks` from (ranks, figure, exact) measured at several counts, log-log
+    between the counts around it; how it was found, and whether it is exact (False: a lower
+    bound, since a run it rests on missed the target)."""
+    xs = np.log([r for r, _, _ in known])
+    ys = np.log([v for _, v, _ in known])
     x = math.log(ranks)
-    if ranks in dict(known):
-        return dict(known)[ranks], "measured"
+    for r, value, exact in known:
+        if r == ranks:
+            return value, "measured" if exact else "measured, a lower bound", exact
     if x < xs[0]:
         # Fewer ranks: a smaller global batch, which needs no more frames than the smallest
-        # measured one in data-parallel training (an upper bound).
-        return math.exp(ys[0]), f"at most the {known[0][0]}-rank figure"
+        # measured one in data-parallel training (an upper bound), unless that is unknown.
+        if not known[0][2]:
+            return math.nan, f"the {known[0][0]}-rank median is only a lower bound", False
+        return known[0][1], f"at most the {known[0][0]}-rank figure", True
     if x > xs[-1]:
         if not extrapolate or len(known) < 2:
-            return math.nan, f"beyond the largest measured batch ({known[-1][0]} ranks)"
+            return math.nan, f"beyond the largest measured batch ({known[-1][0]} ranks)", False
+        if not (known[-1][2] and known[-2][2]):
+            return math.nan, "no extrapolation from a lower bound", False
         slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-        return math.exp(ys[-1] + slope * (x - xs[-1])), "EXTRAPOLATED"
-    return math.exp(np.interp(x, xs, ys)), "interpolated"
+        return math.exp(ys[-1] + slope * (x - xs[-1])), "EXTRAPOLATED", True
+    # Frames grow with the batch here, so a lower bound on either side bounds the value below.
+    i = int(np.searchsorted(xs, x))
+    exact = known[i - 1][2] and known[i][2]
+    return (math.exp(np.interp(x, xs, ys)),
+            "interpolated" if exact else "interpolated, a lower bound", exact)
 
 
 def allreduce_seconds(nodes: int, nbytes: float, rate_bits: float, latency: float,
@@ -154,12 +177,13 @@ def run(args: argparse.Namespace) -> int:
 
     say(f"inputs ({args.job}):")
     for p in points:
-        reached = f"{len(p.frames)}/{p.runs} reached"
-        spread = (f"median {np.median(p.frames) / 1e6:.2f}M frames [{min(p.frames) / 1e6:.2f}-"
-                  f"{max(p.frames) / 1e6:.2f}M], {np.median(p.updates):,.0f} updates"
-                  if p.frames else "no frames to the target")
-        say(f"  {p.ranks:>5} ranks: {reached}, {spread}; {np.median(p.fps_per_core):,.0f} "
-            f"frames/s per core ({', '.join(sorted(p.cpus))})")
+        median, exact = p.median("frames")
+        hits = [f for f, r in zip(p.frames, p.reached) if r]
+        spread = f" [{min(hits) / 1e6:.2f}-{max(hits) / 1e6:.2f}M reached]" if hits else ""
+        say(f"  {p.ranks:>5} ranks: {sum(p.reached)}/{len(p.reached)} reached, median "
+            f"{'' if exact else '> '}{median / 1e6:.2f}M frames{spread}, "
+            f"{'' if exact else '> '}{p.median('updates')[0]:,.0f} updates; "
+            f"{np.median(p.fps_per_core):,.0f} frames/s per core ({', '.join(sorted(p.cpus))})")
     # A bigger job keeps the global minibatch with smaller minibatches per rank, each with a
     # call's fixed cost: a rank's speed is the runs' at its own rank count, not the smallest's.
     fps_source = (f"{args.fps_per_core:,.0f} (--fps-per-core)" if args.fps_per_core else
@@ -171,20 +195,26 @@ def run(args: argparse.Namespace) -> int:
         f"of the link rate")
     say(f"\n{'nodes':>5} {'ranks':>6} {'frames':>8} {'updates':>8} {'fps/core':>8} "
         + " ".join(f"{'min @ ' + t:>14}" for t in rates) + "  frames from")
+    frames_known = [(p.ranks, *p.median("frames")) for p in points]
+    updates_known = [(p.ranks, *p.median("updates")) for p in points]
+    fps_known = [(p.ranks, float(np.median(p.fps_per_core)), True) for p in points]
     for nodes in args.nodes:
         ranks = nodes * ranks_per_node
-        frames, how = interpolate(points, ranks, "frames", args.extrapolate)
-        updates, _ = interpolate(points, ranks, "updates", args.extrapolate)
-        fps_core = args.fps_per_core or interpolate(points, ranks, "fps_per_core", True)[0]
+        frames, how, exact = interpolate(frames_known, ranks, args.extrapolate)
+        updates, _, _ = interpolate(updates_known, ranks, args.extrapolate)
+        fps_core = args.fps_per_core or interpolate(fps_known, ranks, True)[0]
         compute = frames / (ranks * fps_core)
+        # Minutes from lower bounds on the frames and updates are lower bounds too.
+        bound = "" if exact else "> "
         cells = []
         for rate in rates.values():
             sync = updates * allreduce_seconds(nodes, nbytes, rate, args.latency_us * 1e-6,
                                                args.link_share)
-            cells.append(f"{(compute + sync) / 60:>14.1f}" if math.isfinite(frames)
-                         else f"{'-':>14}")
-        fr = f"{frames / 1e6:>7.2f}M" if math.isfinite(frames) else f"{'-':>8}"
-        up = f"{updates:>8,.0f}" if math.isfinite(updates) else f"{'-':>8}"
+            cells.append(f"{bound + format((compute + sync) / 60, '.1f'):>14}"
+                         if math.isfinite(frames) else f"{'-':>14}")
+        fr = (f"{bound + format(frames / 1e6, '.2f') + 'M':>8}" if math.isfinite(frames)
+              else f"{'-':>8}")
+        up = f"{bound + format(updates, ',.0f'):>8}" if math.isfinite(updates) else f"{'-':>8}"
         fps = f"{fps_core:>8,.0f}" if math.isfinite(frames) else f"{'-':>8}"
         say(f"{nodes:>5} {ranks:>6} {fr} {up} {fps} " + " ".join(cells) + f"  {how}")
     say(f"\n{PAPER}")
