@@ -144,7 +144,7 @@ def interpolate(known: list[tuple[int, float, bool]], ranks: int, extrapolate: b
             return math.nan, "no extrapolation from a lower bound", False
         slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
         return math.exp(ys[-1] + slope * (x - xs[-1])), "EXTRAPOLATED", True
-    # Frames grow with the batch here, so a lower bound on either side bounds the value below.
+    # The interpolation rises with either end's value: a lower bound at either end bounds it.
     i = int(np.searchsorted(xs, x))
     exact = known[i - 1][2] and known[i][2]
     return (math.exp(np.interp(x, xs, ys)),
