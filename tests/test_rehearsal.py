@@ -69,6 +69,9 @@ def test_the_projection_prints_its_inputs_and_refuses_past_the_largest_measured_
         "frames/s per core (" in out
     rows = {line.split()[0]: line for line in out.splitlines() if line[:5].strip().isdigit()}
     assert rows["1"].endswith("measured") and rows["2"].endswith("measured"), out
+    # One seed a count: the seeds' spread is that seed's minutes.
+    low, high = rows["2"].split()[-2].split("-")
+    assert low == high == rows["2"].split()[-3], out
     assert "beyond the largest measured batch (2 ranks)" in rows["4"], out
     extrapolated = ddrl("bench", "project", JOBS / "cartpole.toml", "--runs", tmp_path / "k1",
                         tmp_path / "k2", "--nodes", "4", "--cores-per-node", "1",

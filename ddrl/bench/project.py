@@ -80,6 +80,15 @@ class Point:
 
         return median_bound(pd.Series(getattr(self, field)), pd.Series(self.reached))
 
+    def fastest(self) -> tuple[float, bool]:
+        """The fewest frames a seed reached the target in (NaN where none did)."""
+        hits = [f for f, r in zip(self.frames, self.reached) if r]
+        return (min(hits), True) if hits else (math.nan, False)
+
+    def slowest(self) -> tuple[float, bool]:
+        """The most frames a seed took: a lower bound where a seed missed."""
+        return max(self.frames), all(self.reached)
+
 
 def _rate(train) -> float:
     """A run's frames/s while it trained, first to last /train row (a PPO rollout's frames
@@ -193,9 +202,13 @@ def run(args: argparse.Namespace) -> int:
     say(f"  gradient: {nbytes / 2**20:.2f} MiB; all-reduce between nodes: Rabenseifner's form "
         f"(ddrl bench scaling), {args.latency_us:g} us per step, payload {args.link_share:.0%} "
         f"of the link rate")
+    fastest_link = max(rates, key=rates.get)
     say(f"\n{'nodes':>5} {'ranks':>6} {'frames':>8} {'updates':>8} {'fps/core':>8} "
-        + " ".join(f"{'min @ ' + t:>14}" for t in rates) + "  frames from")
+        + " ".join(f"{'min @ ' + t:>14}" for t in rates)
+        + f" {'seeds @ ' + fastest_link:>18}  frames from")
     frames_known = [(p.ranks, *p.median("frames")) for p in points]
+    fastest_known = [(p.ranks, *p.fastest()) for p in points if p.fastest()[1]]
+    slowest_known = [(p.ranks, *p.slowest()) for p in points]
     updates_known = [(p.ranks, *p.median("updates")) for p in points]
     fps_known = [(p.ranks, float(np.median(p.fps_per_core)), True) for p in points]
     for nodes in args.nodes:
@@ -203,15 +216,23 @@ def run(args: argparse.Namespace) -> int:
         frames, how, exact = interpolate(frames_known, ranks, args.extrapolate)
         updates, _, _ = interpolate(updates_known, ranks, args.extrapolate)
         fps_core = args.fps_per_core or interpolate(fps_known, ranks, True)[0]
-        compute = frames / (ranks * fps_core)
+        # Seconds a frame costs on each link: its share of a rank-second, and of an update's
+        # all-reduce (a rank count's frames per update are its global batch's).
+        per_frame = {text: 1 / (ranks * fps_core) + updates / frames * allreduce_seconds(
+            nodes, nbytes, rate, args.latency_us * 1e-6, args.link_share)
+            for text, rate in rates.items()}
         # Minutes from lower bounds on the frames and updates are lower bounds too.
         bound = "" if exact else "> "
-        cells = []
-        for rate in rates.values():
-            sync = updates * allreduce_seconds(nodes, nbytes, rate, args.latency_us * 1e-6,
-                                               args.link_share)
-            cells.append(f"{bound + format((compute + sync) / 60, '.1f'):>14}"
-                         if math.isfinite(frames) else f"{'-':>14}")
+        cells = [f"{bound + format(frames * per_frame[t] / 60, '.2f'):>14}"
+                 if math.isfinite(frames) else f"{'-':>14}" for t in rates]
+        # The seeds' spread, carried to the minutes the same way, on the fastest link.
+        low = interpolate(fastest_known, ranks, args.extrapolate)[0] if fastest_known \
+            else math.nan
+        high, _, high_exact = interpolate(slowest_known, ranks, args.extrapolate)
+        cells.append(f"{low * per_frame[fastest_link] / 60:.2f}-{'' if high_exact else '>'}"
+                     f"{high * per_frame[fastest_link] / 60:.2f}".rjust(18)
+                     if math.isfinite(frames) and math.isfinite(low) and math.isfinite(high)
+                     else f"{'-':>18}")
         fr = (f"{bound + format(frames / 1e6, '.2f') + 'M':>8}" if math.isfinite(frames)
               else f"{'-':>8}")
         up = f"{bound + format(updates, ',.0f'):>8}" if math.isfinite(updates) else f"{'-':>8}"
