@@ -154,7 +154,14 @@ class OptimConfig:
         doc="clipping of each tensor's gradient by its average norm, as in the authors' code (0: off)")
     # Clip by the global norm of the whole gradient (PPO's usual 0.5); 0 turns it off.
     max_grad_norm: float = setting(0.0, bounds=(0.0, None, True),
-        doc="clipping by the global norm of each rank's gradient (0: off; PPO's usual 0.5)")
+        doc="clipping by the global norm of the gradient (0: off; PPO's usual 0.5), where "
+            "`clip_scope` says")
+    # A rank of a few samples has a large, noisy gradient: clipped alone it counts for
+    # max_grad_norm whatever its size, so the ranks that saw a reward weigh as much as those
+    # that saw noise. Clipping the all-reduced mean is what PyTorch DDP jobs do.
+    clip_scope: str = setting("rank", choices=("rank", "sync"),
+        doc="where `max_grad_norm` clips: `rank`, each rank's gradient before the all-reduce; "
+            "`sync`, the all-reduced mean gradient (all-reduce mode)")
     lr_scaling: str = setting("none", choices=('none', 'sqrt', 'linear'),
         doc="`none`, `sqrt` or `linear` in the number of workers")
     # "linear" decays the learning rate to 0 at run.max_frames.

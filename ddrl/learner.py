@@ -80,13 +80,16 @@ class Learner:
         stats["grad_norm"] = tf.linalg.global_norm(grads)
         if o.clip_per_tensor > 0:
             grads = [clip_by_average_norm(g, o.clip_per_tensor) for g in grads]
-        if o.max_grad_norm > 0:
+        if o.max_grad_norm > 0 and o.clip_scope == "rank":
             grads, _ = tf.clip_by_global_norm(grads, o.max_grad_norm, use_norm=stats["grad_norm"])
         flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in grads], axis=0)
         per_sample = tf.cast(stats.get("per_sample", tf.zeros([0])), tf.float32)
         return flat, tf.stack([tf.cast(stats[n], tf.float32) for n in STAT_NAMES]), per_sample
 
     def _apply_fn(self, flat):
+        o = self.cfg.optim
+        if o.max_grad_norm > 0 and o.clip_scope == "sync":
+            flat = tf.clip_by_norm(flat, o.max_grad_norm)
         grads = [tf.reshape(g, v.shape) for g, v in zip(tf.split(flat, self.sizes), self.variables)]
         self.optimizer.apply_gradients(zip(grads, self.variables))
 

@@ -17,11 +17,16 @@ FAMILIES = {
     "ppo": (JOBS / "cartpole.toml", "acting.mode=a2c", "algo.name=ppo", "optim.lr_scaling=sqrt"),
     "vtrace": (JOBS / "cartpole.toml", "acting.mode=a2c", "algo.name=vtrace"),
     "dqn": (JOBS / "cartpole-dqn.toml", "dqn.prioritized=true", "dqn.double=true"),
+    # The all-reduced mean clipped, not each rank's gradient: a clip that always bites.
+    "ppo-clip-sync": (JOBS / "cartpole.toml", "acting.mode=a2c", "algo.name=ppo",
+                      "optim.max_grad_norm=0.01", "optim.clip_scope=sync"),
 }
 
 
-def run(tmp_path, name: str, family: str, processes: int, virtual: int) -> tuple[str, np.ndarray]:
+def run(tmp_path, name: str, family: str, processes: int, virtual: int,
+        *extra: str) -> tuple[str, np.ndarray]:
     job, *sets = FAMILIES[family]
+    sets += extra
     out = tmp_path / name
     res = ddrl("train", job, "--out", out, *COMMON, *[a for s in sets for a in ("--set", s)],
                "--set", f"sync.virtual_ranks={virtual}", ranks=processes if processes > 1 else 0,
@@ -50,6 +55,14 @@ def test_four_ranks_as_four_virtual_two_by_two_and_four_real(tmp_path):
     four, _ = run(tmp_path, "4x1", "ppo", 4, 1)
     assert one == two == four
     assert (train["contributors"] == 4).all()
+
+
+def test_clipping_the_mean_is_not_clipping_each_rank(tmp_path):
+    """Two ranks of different gradients: clipped one by one they weigh alike, clipped after
+    the all-reduce they keep their proportions (fails on a code that ignores the scope)."""
+    each, _ = run(tmp_path, "rank", "ppo-clip-sync", 1, 2, "optim.clip_scope=rank")
+    mean, _ = run(tmp_path, "sync", "ppo-clip-sync", 1, 2)
+    assert each != mean
 
 
 def test_the_projection_prints_its_inputs_and_refuses_past_the_largest_measured_batch(tmp_path):

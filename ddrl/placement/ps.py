@@ -24,6 +24,9 @@ class ParameterServers(NodeRanks):
         if s.async_ and s.aggregate != 1:
             raise DdrlError("config key sync.aggregate: with sync.async = true every gradient is "
                             "applied on arrival; k-of-n is for synchronous updates")
+        if cfg.optim.clip_scope != "rank":
+            raise DdrlError("config key optim.clip_scope: parameter servers apply each worker's "
+                            "gradient as it comes; set optim.clip_scope = 'rank'")
         if cfg.algo.name == "dqn":
             raise DdrlError("config key sync.mode: DQN sums every minibatch gradient across ranks; "
                             "use sync.mode = 'allreduce'")

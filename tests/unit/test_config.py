@@ -196,6 +196,7 @@ def test_every_line_of_the_shipped_sweep_files_is_a_valid_run():
     (["sync.mode=central", "acting.mode=a2c"], "sync.mode = 'central': the learner runs the ba3c node"),
     (["sync.mode=ps", "sync.ps=1", "sync.backend=horovod"], "sync.mode = 'ps' sends with mpi4py"),
     (["sync.aggregate=2"], "sync.aggregate != 1 (k-of-n) and sync.async = true need"),
+    (["sync.mode=ps", "sync.ps=1", "optim.clip_scope=sync"], "config key optim.clip_scope"),
 ])
 def test_a_placements_own_checks_run_wherever_a_job_is_read(overrides, message):
     # The keys alone are valid; the placement that sync.mode names refuses them.
