@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     say(f"  a rank: one core, frames/s {fps_source}; {ranks_per_node} ranks per "
         f"{args.cores_per_node}-core node")
     say(f"  gradient: {nbytes / 2**20:.2f} MiB; all-reduce between nodes: Rabenseifner's form "
-        f"(ddrl bench scaling), {args.latency_us:g} us per step, payload {args.link_share:.0%} "
+        f"(ddrl bench scaling), {args.latency_us:g} us per step, payload {args.link_share:.1%} "
         f"of the link rate")
     fastest_link = max(rates, key=rates.get)
     say(f"\n{'nodes':>5} {'ranks':>6} {'frames':>8} {'updates':>8} {'fps/core':>8} "
