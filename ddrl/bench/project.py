@@ -80,10 +80,9 @@ class Point:
 
         return median_bound(pd.Series(getattr(self, field)), pd.Series(self.reached))
 
-    def fastest(self) -> tuple[float, bool]:
-        """The fewest frames a seed reached the target in (NaN where none did)."""
-        hits = [f for f, r in zip(self.frames, self.reached) if r]
-        return (min(hits), True) if hits else (math.nan, False)
+    def hits(self) -> list[float]:
+        """The frames of the runs that reached the target."""
+        return [f for f, r in zip(self.frames, self.reached) if r]
 
     def slowest(self) -> tuple[float, bool]:
         """The most frames a seed took: a lower bound where a seed missed."""
@@ -187,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     say(f"inputs ({args.job}):")
     for p in points:
         median, exact = p.median("frames")
-        hits = [f for f, r in zip(p.frames, p.reached) if r]
+        hits = p.hits()
         spread = f" [{min(hits) / 1e6:.2f}-{max(hits) / 1e6:.2f}M reached]" if hits else ""
         say(f"  {p.ranks:>5} ranks: {sum(p.reached)}/{len(p.reached)} reached, median "
             f"{'' if exact else '> '}{median / 1e6:.2f}M frames{spread}, "
@@ -207,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
         + " ".join(f"{'min @ ' + t:>14}" for t in rates)
         + f" {'seeds @ ' + fastest_link:>18}  frames from")
     frames_known = [(p.ranks, *p.median("frames")) for p in points]
-    fastest_known = [(p.ranks, *p.fastest()) for p in points if p.fastest()[1]]
+    fastest_known = [(p.ranks, min(p.hits()), True) for p in points if p.hits()]
     slowest_known = [(p.ranks, *p.slowest()) for p in points]
     updates_known = [(p.ranks, *p.median("updates")) for p in points]
     fps_known = [(p.ranks, float(np.median(p.fps_per_core)), True) for p in points]
