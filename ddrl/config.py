@@ -324,6 +324,12 @@ class SyncConfig:
         doc="rehearsal: ranks of the job each process carries (their simulators and seeds, one model, "
             "gradients combined as the job's all-reduce would): `mpirun -n N` runs a job of N x this many "
             "ranks")
+    # The k virtual ranks' gradients in one call on their k minibatches side by side: the
+    # fixed cost of a call, which dominates at a handful of samples a rank, paid once.
+    virtual_fused: bool = setting(False,
+        doc="rehearsal: one gradient call for a process's virtual ranks (the sum of their losses, each "
+            "over its own minibatch): the same sum within float rounding, not bit for bit; needs "
+            "optim.clip_scope = 'sync' (or no clip) and optim.clip_per_tensor = 0")
 
 
 @dataclass

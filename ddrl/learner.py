@@ -60,6 +60,10 @@ class Learner:
         self._apply = tf.function(self._apply_fn, jit_compile=True,
                                   autograph=False).get_concrete_function(
             tf.TensorSpec((self.num_params,), tf.float32))
+        self._fused = None
+        if cfg.sync.virtual_fused and cfg.sync.virtual_ranks > 1:
+            self._fused = tf.function(self._fused_fn, autograph=False).get_concrete_function(
+                *self._gradients.structured_input_signature[0])
         self._grad: tf.Tensor | None = None
         self._grad_view: np.ndarray | None = None
 
@@ -71,13 +75,36 @@ class Learner:
         return self.model(list(inputs) if self.recurrent else inputs[0], training=False)
 
     def _gradients_fn(self, obs, actions, *targets):
-        o = self.cfg.optim
         targets = dict(zip(self.algo.fields, targets))
         with tf.GradientTape() as tape:
             logits, values = self.algo.forward(self.model, obs, targets, training=True)
             loss, stats = self.algo.loss(logits, values, actions, targets)
-        grads = tape.gradient(loss, self.variables)
-        stats["grad_norm"] = tf.linalg.global_norm(grads)
+        return self._flat(tape.gradient(loss, self.variables), stats)
+
+    def _fused_fn(self, obs, actions, *targets):
+        """k ranks' minibatches of equal size, one after the other: one forward pass, then
+        each rank's loss on its own rows (its means and normalisations over its own
+        samples), summed. Its gradient is the sum of the k ranks' gradients."""
+        k = self.cfg.sync.virtual_ranks
+        targets = dict(zip(self.algo.fields, targets))
+
+        def by_rank(x):
+            return tf.reshape(x, tf.concat([[k, -1], tf.shape(x)[1:]], 0))
+        with tf.GradientTape() as tape:
+            logits, values = self.algo.forward(self.model, obs, targets, training=True)
+            losses, stats = tf.vectorized_map(
+                lambda r: self.algo.loss(*r[:3], r[3]),
+                (by_rank(logits), by_rank(values), by_rank(actions),
+                 {f: by_rank(v) for f, v in targets.items()}))
+            loss = tf.reduce_sum(losses)
+        stats = {n: v[0] for n, v in stats.items() if n != "per_sample"} | (
+            {"per_sample": tf.reshape(stats["per_sample"], [-1])} if "per_sample" in stats else {})
+        # The logged norm: the ranks' mean gradient's (no rank's own is ever formed).
+        return self._flat(tape.gradient(loss, self.variables), stats, ranks=k)
+
+    def _flat(self, grads, stats, ranks: int = 1):
+        o = self.cfg.optim
+        stats["grad_norm"] = tf.linalg.global_norm(grads) / ranks
         if o.clip_per_tensor > 0:
             grads = [clip_by_average_norm(g, o.clip_per_tensor) for g in grads]
         if o.max_grad_norm > 0 and o.clip_scope == "rank":
@@ -130,6 +157,24 @@ class Learner:
         self._grad_view = np.asarray(flat)
         return (self._grad_view, dict(zip(STAT_NAMES, stats.numpy().tolist())),
                 per_sample.numpy() if per_sample.shape[0] else None)
+
+    def fused_gradients(self, parts: list[Batch]) -> tuple[np.ndarray, dict[str, float],
+                                                            list[np.ndarray | None]]:
+        """`sync.virtual_fused`: the sum of the gradients of the process's virtual ranks on
+        their minibatches `parts` (all of one size), the first rank's statistics (the ranks'
+        mean gradient's norm), and each part's loss figure per data point, as `gradients`."""
+        cat = np.concatenate
+        flat, stats, per_sample = self._fused(
+            cat([p.obs for p in parts]), cat([p.actions for p in parts]).astype(np.int32),
+            *[cat([p.targets[f] for p in parts]).astype(np.float32) for f in self.algo.fields])
+        self._grad, self._grad_view = flat, np.asarray(flat)
+        split = (np.split(per_sample.numpy(), len(parts)) if per_sample.shape[0]
+                 else [None] * len(parts))
+        return self._grad_view, dict(zip(STAT_NAMES, stats.numpy().tolist())), split
+
+    @property
+    def fuses(self) -> bool:
+        return self._fused is not None
 
     def apply(self, flat_grad: np.ndarray) -> None:
         # A single rank hands back the very array `gradients` returned: apply its tensor, which

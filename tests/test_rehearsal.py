@@ -65,6 +65,16 @@ def test_clipping_the_mean_is_not_clipping_each_rank(tmp_path):
     assert each != mean
 
 
+def test_fused_virtual_ranks_train_the_same_job(tmp_path):
+    """`sync.virtual_fused`: the same updates within float rounding (the first losses agree),
+    computed in one call (the logged norm is then the ranks' mean gradient's, not rank 0's)."""
+    _, plain = run(tmp_path, "plain", "ppo-clip-sync", 1, 2)
+    _, fused = run(tmp_path, "fused", "ppo-clip-sync", 1, 2, "sync.virtual_fused=true")
+    np.testing.assert_allclose(fused["loss"][:3], plain["loss"][:3], rtol=1e-4)
+    assert (fused["contributors"] == 2).all()
+    assert abs(fused["grad_norm"][0] - plain["grad_norm"][0]) > 1e-3 * plain["grad_norm"][0]
+
+
 def test_the_projection_prints_its_inputs_and_refuses_past_the_largest_measured_batch(tmp_path):
     quick = ("--set", "acting.mode=a2c", "--set", "eval.every=20", "--set", "eval.target=60",
              "--set", "run.max_frames=100000", "--set", "run.tensorboard=false")
@@ -99,3 +109,22 @@ def test_the_projection_prints_its_inputs_and_refuses_past_the_largest_measured_
     rows = [line for line in missed.stdout.splitlines() if line[:5].strip().isdigit()]
     assert len(rows) == 2 and all(r.endswith("measured, a lower bound") and "> " in r
                                   for r in rows), missed.stdout
+
+
+def test_the_projection_takes_no_rank_speed_from_a_fused_rehearsal(tmp_path):
+    """One call for all virtual ranks runs faster than the ranks would: such a run gives the
+    frames to the target, not a rank's frames/s."""
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", tmp_path / "fused", "--set",
+               "acting.mode=a2c", "--set", "eval.every=20", "--set", "eval.target=60", "--set",
+               "run.max_frames=100000", "--set", "run.tensorboard=false", "--set",
+               "sync.virtual_ranks=2", "--set", "sync.virtual_fused=true", timeout=240)
+    assert res.returncode == 0, res.stderr[-2000:]
+    project = ("bench", "project", JOBS / "cartpole.toml", "--runs", tmp_path / "fused",
+               "--nodes", "2", "--cores-per-node", "1")
+    refused = ddrl(*project, timeout=120)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].startswith("ddrl: error: no run gives a "
+                                                              "rank's frames/s"), refused.stderr
+    given = ddrl(*project, "--fps-per-core", "5000", timeout=120)
+    assert given.returncode == 0, given.stderr
+    assert "frames/s not a rank's (sync.virtual_fused)" in given.stdout, given.stdout

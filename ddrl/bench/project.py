@@ -9,7 +9,9 @@ Data-parallel training to a score costs, at R ranks (nodes x ranks per node):
   one is a lower bound, and so are the minutes projected from it;
 - each rank's simulation and training, F(R) / (R x frames/s of a rank), a rank being one core
   as in the recipes, at the runs' measured frames/s per core (a rehearsal's per-core rate is a
-  real rank's: each virtual rank simulates and trains what a real one would);
+  real rank's: each virtual rank simulates and trains what a real one would; not where the
+  rehearsal fused its ranks' gradients into one call, `sync.virtual_fused`, whose rate is left
+  out);
 - U(R) all-reduces across the nodes, each priced by the sync model that `ddrl bench scaling`
   checked on simulated hosts (Rabenseifner's form; docs/scaling.md), on a link carrying the
   all-reduce's payload at the measured share of its rate. The ranks within a node reduce
@@ -113,7 +115,8 @@ def measure(paths: list[str], target: float | None, run_cores: int | None) -> li
         point = points.setdefault(ranks, Point(ranks, [], [], [], [], set()))
         point.cpus.add(re.sub(r", \d+ cores.*", "", str(run.attrs.get("cpu", "CPU not recorded"))))
         train = run["train"]
-        point.fps_per_core.append(_rate(train) / int(cores))
+        if not (run.setting("sync.virtual_fused") and run.setting("sync.virtual_ranks", 1) > 1):
+            point.fps_per_core.append(_rate(train) / int(cores))
         goal = resolve_target(run, target)
         if goal is None:
             raise DdrlError(f"{run.name}: no target (give --target)")
@@ -179,6 +182,11 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_job(args.job, args.set)
     nbytes = gradient_bytes(cfg)
     points = measure(args.runs, args.target, args.run_cores)
+    fps_known = [(p.ranks, float(np.median(p.fps_per_core)), True) for p in points
+                 if p.fps_per_core]
+    if not (fps_known or args.fps_per_core):
+        raise DdrlError("no run gives a rank's frames/s (every one fused its virtual ranks' "
+                        "gradients, sync.virtual_fused): give --fps-per-core or a run without it")
     # One rank per core, as the recipes bind them: a rank's batch is what one core simulates,
     # so the cores set the global batch (more cores per rank would need more simulators each).
     ranks_per_node = args.cores_per_node
@@ -191,7 +199,9 @@ def run(args: argparse.Namespace) -> int:
         say(f"  {p.ranks:>5} ranks: {sum(p.reached)}/{len(p.reached)} reached, median "
             f"{'' if exact else '> '}{median / 1e6:.2f}M frames{spread}, "
             f"{'' if exact else '> '}{p.median('updates')[0]:,.0f} updates; "
-            f"{np.median(p.fps_per_core):,.0f} frames/s per core ({', '.join(sorted(p.cpus))})")
+            + (f"{np.median(p.fps_per_core):,.0f} frames/s per core" if p.fps_per_core else
+               "frames/s not a rank's (sync.virtual_fused)")
+            + f" ({', '.join(sorted(p.cpus))})")
     # A bigger job keeps the global minibatch with smaller minibatches per rank, each with a
     # call's fixed cost: a rank's speed is the runs' at its own rank count, not the smallest's.
     fps_source = (f"{args.fps_per_core:,.0f} (--fps-per-core)" if args.fps_per_core else
@@ -209,7 +219,6 @@ def run(args: argparse.Namespace) -> int:
     fastest_known = [(p.ranks, min(p.hits()), True) for p in points if p.hits()]
     slowest_known = [(p.ranks, *p.slowest()) for p in points]
     updates_known = [(p.ranks, *p.median("updates")) for p in points]
-    fps_known = [(p.ranks, float(np.median(p.fps_per_core)), True) for p in points]
     for nodes in args.nodes:
         ranks = nodes * ranks_per_node
         frames, how, exact = interpolate(frames_known, ranks, args.extrapolate)

@@ -98,25 +98,44 @@ class Trainer:
     def _compute(self) -> tuple[Batch, np.ndarray, dict[str, float], Step]:
         """The next batch and this rank's gradient on it."""
         t0 = time.perf_counter()
-        t_train, total, points = 0.0, TreeSum(), 0
         ranks = self.actors.ranks()
-        for i, rank in enumerate(ranks):  # more than one: virtual ranks (acting/virtual.py)
-            part = rank.next_batch()
-            t1 = time.perf_counter()
-            grad, part_stats, per_sample = self.learner.gradients(part)
-            t_train += time.perf_counter() - t1
-            rank.learned(per_sample)
-            points += len(part)
-            if i == 0:  # the first rank's batch and figures are logged, as rank 0's are
-                batch, stats = part, part_stats
-            # The learner's array is its own until the next call: a copy where one follows.
-            total.add(grad if len(ranks) == 1 else grad.copy())
+        parts = [rank.next_batch() for rank in ranks]  # more than one: virtual ranks
+        # Minibatches of unequal sizes (a rollout that does not split evenly) go one by one.
+        fused = self.learner.fuses and len({len(p) for p in parts}) == 1
+        grad, stats, t_train = (self._fused_gradients if fused else self._gradients)(ranks, parts)
+        batch, points = parts[0], sum(len(p) for p in parts)
         self._faults.after_gradients(self.counters.update, time.perf_counter() - t0)
         frames, t_sim, t_predict = self._tally.take()
         step = Step(points, frames, t_train, t_sim, t_predict,
                     time.perf_counter() - t0 + self._last_sync, self._last_sync,
                     resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-        return batch, total.total(), stats, step
+        return batch, grad, stats, step
+
+    def _gradients(self, ranks: list[Actors], parts: list[Batch]
+                   ) -> tuple[np.ndarray, dict[str, float], float]:
+        """Each rank's gradient on its minibatch in turn, summed (acting/virtual.py): the sum,
+        the first rank's figures (logged, as rank 0's are), seconds computing."""
+        t_train, total = 0.0, TreeSum()
+        for rank, part in zip(ranks, parts):
+            t1 = time.perf_counter()
+            grad, part_stats, per_sample = self.learner.gradients(part)
+            t_train += time.perf_counter() - t1
+            rank.learned(per_sample)
+            if rank is ranks[0]:
+                stats = part_stats
+            # The learner's array is its own until the next call: a copy where one follows.
+            total.add(grad if len(ranks) == 1 else grad.copy())
+        return total.total(), stats, t_train
+
+    def _fused_gradients(self, ranks: list[Actors], parts: list[Batch]
+                         ) -> tuple[np.ndarray, dict[str, float], float]:
+        """`sync.virtual_fused`: the ranks' minibatches in one gradient call, as `_gradients`."""
+        t1 = time.perf_counter()
+        grad, stats, per_sample = self.learner.fused_gradients(parts)
+        t_train = time.perf_counter() - t1
+        for rank, figures in zip(ranks, per_sample):
+            rank.learned(figures)
+        return grad, stats, t_train
 
     def _side_channel(self, signalled: bool, step: Step) -> np.ndarray:
         extras = self._side.pack(signalled=float(signalled), frames=step.frames)

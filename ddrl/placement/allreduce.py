@@ -20,6 +20,13 @@ class AllReduce(NodeRanks):
             # cancelled, so neither leaving out late ranks nor applying early ones fits it.
             raise DdrlError("sync.aggregate != 1 (k-of-n) and sync.async = true need "
                             "sync.mode = 'ps'")
+        o = cfg.optim
+        if cfg.sync.virtual_fused and (o.clip_per_tensor > 0 or
+                                       (o.max_grad_norm > 0 and o.clip_scope == "rank")):
+            # Each rank's clip needs each rank's own gradient, which the one call never forms.
+            raise DdrlError("config key sync.virtual_fused: one gradient for all virtual ranks "
+                            "cannot clip each rank's: set optim.clip_scope = 'sync' (or "
+                            "optim.max_grad_norm = 0) and optim.clip_per_tensor = 0")
 
     @staticmethod
     def check(cfg: Config, world_size: int) -> None:

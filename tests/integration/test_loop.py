@@ -36,6 +36,7 @@ class FakeLearner:
     """Plain SGD on a vector; `gradients` hands out what `grads(update)` says."""
 
     recurrent = 0
+    fuses = False
 
     def __init__(self, grads=lambda update: np.ones(PARAMS, np.float32)):
         self.weights = np.zeros(PARAMS, np.float32)
