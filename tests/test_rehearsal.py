@@ -3,6 +3,8 @@ real ranks under mpirun end with, for each algorithm family, since their simulat
 and gradient sums are the real ranks'."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import JOBS, NO_EVAL, ddrl, table
@@ -128,3 +130,16 @@ def test_the_projection_takes_no_rank_speed_from_a_fused_rehearsal(tmp_path):
     given = ddrl(*project, "--fps-per-core", "5000", timeout=120)
     assert given.returncode == 0, given.stderr
     assert "frames/s not a rank's (sync.virtual_fused)" in given.stdout, given.stdout
+    # A run given for its speed only: a fused one is refused, an unfused one read.
+    wrong = ddrl(*project, "--speed-runs", tmp_path / "fused", timeout=120)
+    assert wrong.returncode != 0 and "Traceback" not in wrong.stderr
+    assert "fused its virtual ranks' gradients" in wrong.stderr.strip().splitlines()[-1]
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", tmp_path / "speed", "--set",
+               "acting.mode=a2c", "--set", "eval.episodes=0", "--set", "eval.target=none",
+               "--set", "run.max_frames=20000", "--set", "run.tensorboard=false", "--set",
+               "sync.virtual_ranks=2", timeout=240)
+    assert res.returncode == 0, res.stderr[-2000:]
+    speed = ddrl(*project, "--speed-runs", tmp_path / "speed", timeout=120)
+    assert speed.returncode == 0, speed.stderr
+    assert re.search(r"    2 ranks: [\d,]+ frames/s per core \(--speed-runs\)", speed.stdout), \
+        speed.stdout

@@ -54,6 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", type=float, help="score to reach (default: the runs' eval.target)")
     p.add_argument("--fps-per-core", type=float,
                    help="a rank's frames/s per core (default: the runs' own, measured)")
+    p.add_argument("--speed-runs", nargs="+", default=[], metavar="DIR",
+                   help="runs that give only a rank's frames/s per core at their rank count "
+                        "(short runs, not sync.virtual_fused); their frames are not used")
     p.add_argument("--run-cores", type=int,
                    help="cores the runs had, for logs that do not record it")
     p.add_argument("--extrapolate", action="store_true",
@@ -101,22 +104,35 @@ def _rate(train) -> float:
     return float(last["frames"] - first["frames"]) / seconds if seconds > 0 else math.nan
 
 
+def _fps_per_core(run, run_cores: int | None) -> float | None:
+    """A rank's frames/s per core as the run measured it; None for a rehearsal that fused its
+    ranks' gradients, which runs faster than its ranks would."""
+    cores = run.attrs.get("cores", run_cores)
+    if cores is None:
+        raise DdrlError(f"{run.name}: its log does not say how many cores it had; "
+                        "give --run-cores")
+    if run.setting("sync.virtual_fused") and run.setting("sync.virtual_ranks", 1) > 1:
+        return None
+    return _rate(run["train"]) / int(cores)
+
+
+def _cpu(run) -> str:
+    return re.sub(r", \d+ cores.*", "", str(run.attrs.get("cpu", "CPU not recorded")))
+
+
 def measure(paths: list[str], target: float | None, run_cores: int | None) -> list[Point]:
     from analysis.load import load_runs
     from analysis.scores import first_confirmed, resolve_target
 
     points: dict[int, Point] = {}
     for run in load_runs(paths):
-        cores = run.attrs.get("cores", run_cores)
-        if cores is None:
-            raise DdrlError(f"{run.name}: its log does not say how many cores it had; "
-                            "give --run-cores")
         ranks = run.workers
         point = points.setdefault(ranks, Point(ranks, [], [], [], [], set()))
-        point.cpus.add(re.sub(r", \d+ cores.*", "", str(run.attrs.get("cpu", "CPU not recorded"))))
+        point.cpus.add(_cpu(run))
         train = run["train"]
-        if not (run.setting("sync.virtual_fused") and run.setting("sync.virtual_ranks", 1) > 1):
-            point.fps_per_core.append(_rate(train) / int(cores))
+        fps = _fps_per_core(run, run_cores)
+        if fps is not None:
+            point.fps_per_core.append(fps)
         goal = resolve_target(run, target)
         if goal is None:
             raise DdrlError(f"{run.name}: no target (give --target)")
@@ -129,6 +145,20 @@ def measure(paths: list[str], target: float | None, run_cores: int | None) -> li
         point.updates.append(float(end["update"]))
         point.reached.append(hit is not None)
     return sorted(points.values(), key=lambda p: p.ranks)
+
+
+def measure_speed(paths: list[str], run_cores: int | None) -> dict[int, list[float]]:
+    """Rank count -> frames/s per core of runs given for their speed only."""
+    from analysis.load import load_runs
+
+    speeds: dict[int, list[float]] = {}
+    for run in load_runs(paths):
+        fps = _fps_per_core(run, run_cores)
+        if fps is None:
+            raise DdrlError(f"{run.name}: fused its virtual ranks' gradients "
+                            "(sync.virtual_fused), so its frames/s is not a rank's")
+        speeds.setdefault(run.workers, []).append(fps)
+    return speeds
 
 
 def interpolate(known: list[tuple[int, float, bool]], ranks: int, extrapolate: bool
@@ -182,11 +212,13 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_job(args.job, args.set)
     nbytes = gradient_bytes(cfg)
     points = measure(args.runs, args.target, args.run_cores)
-    fps_known = [(p.ranks, float(np.median(p.fps_per_core)), True) for p in points
-                 if p.fps_per_core]
+    speeds = measure_speed(args.speed_runs, args.run_cores)
+    for p in points:
+        speeds.setdefault(p.ranks, []).extend(p.fps_per_core)
+    fps_known = sorted((ranks, float(np.median(v)), True) for ranks, v in speeds.items() if v)
     if not (fps_known or args.fps_per_core):
         raise DdrlError("no run gives a rank's frames/s (every one fused its virtual ranks' "
-                        "gradients, sync.virtual_fused): give --fps-per-core or a run without it")
+                        "gradients, sync.virtual_fused): give --fps-per-core or --speed-runs")
     # One rank per core, as the recipes bind them: a rank's batch is what one core simulates,
     # so the cores set the global batch (more cores per rank would need more simulators each).
     ranks_per_node = args.cores_per_node
@@ -202,6 +234,9 @@ def run(args: argparse.Namespace) -> int:
             + (f"{np.median(p.fps_per_core):,.0f} frames/s per core" if p.fps_per_core else
                "frames/s not a rank's (sync.virtual_fused)")
             + f" ({', '.join(sorted(p.cpus))})")
+    for ranks, fps, _ in fps_known:
+        if not any(p.ranks == ranks and p.fps_per_core for p in points):
+            say(f"  {ranks:>5} ranks: {fps:,.0f} frames/s per core (--speed-runs)")
     # A bigger job keeps the global minibatch with smaller minibatches per rank, each with a
     # call's fixed cost: a rank's speed is the runs' at its own rank count, not the smallest's.
     fps_source = (f"{args.fps_per_core:,.0f} (--fps-per-core)" if args.fps_per_core else
