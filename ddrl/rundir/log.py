@@ -65,7 +65,8 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("policy_loss", "f4", "NaN for DQN"),
         ("value_loss", "f4", "for DQN the Huber TD loss"),
         ("entropy", "f4", "the policy's mean entropy, nats"),
-        ("grad_norm", "f4", "the summed gradient's global norm"),
+        ("grad_norm", "f4", "rank 0's gradient's global norm, before any clip (with `sync.virtual_fused`: "
+                            "the mean of its process's virtual ranks' gradients)"),
         ("approx_kl", "f4", "PPO's KL estimate (r - 1) - log r; for `vtrace` the acting policy against the "
                             "learner's on the batch; NaN for A2C and DQN"),
         ("clip_frac", "f4", "PPO's fraction of clipped ratios; NaN otherwise"),
