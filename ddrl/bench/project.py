@@ -116,10 +116,6 @@ def _fps_per_core(run, run_cores: int | None) -> float | None:
     return _rate(run["train"]) / int(cores)
 
 
-def _cpu(run) -> str:
-    return re.sub(r", \d+ cores.*", "", str(run.attrs.get("cpu", "CPU not recorded")))
-
-
 def measure(paths: list[str], target: float | None, run_cores: int | None) -> list[Point]:
     from analysis.load import load_runs
     from analysis.scores import first_confirmed, resolve_target
@@ -128,7 +124,7 @@ def measure(paths: list[str], target: float | None, run_cores: int | None) -> li
     for run in load_runs(paths):
         ranks = run.workers
         point = points.setdefault(ranks, Point(ranks, [], [], [], [], set()))
-        point.cpus.add(_cpu(run))
+        point.cpus.add(re.sub(r", \d+ cores.*", "", str(run.attrs.get("cpu", "CPU not recorded"))))
         train = run["train"]
         fps = _fps_per_core(run, run_cores)
         if fps is not None:
