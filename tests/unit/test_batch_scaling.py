@@ -21,6 +21,11 @@ RECORD = Path(__file__).parents[2] / "docs" / "results" / "frames-to-score.csv"
     # Even counts average the middle two; a missing one among them bounds it.
     ([7, 15], [True, False], 11, False),
     ([2, 4, 6, 30], [True, True, True, False], 5, True),
+    # A budget below another run's hit: that run may have needed anything past 3, so the
+    # median is only bounded, by 5, not 9...
+    ([5, 3, 9], [True, False, True], 5, False),
+    # ...and two such budgets bound it by the larger.
+    ([11.68, 8.0, 10.1], [True, False, False], 10.1, False),
 ])
 def test_median_counts_a_missed_target_as_past_the_budget(frames, reached, median, exact):
     assert median_bound(pd.Series(frames, dtype=float), pd.Series(reached)) == (median, exact)
