@@ -150,27 +150,29 @@ class Learner:
         """The flat gradient, the statistics, and the loss's figure per data point where the
         algorithm has one (prioritized replay's TD errors; else None). The gradient is a
         read-only view of the tensor TF computed, not a copy."""
-        flat, stats, per_sample = self._gradients(
-            batch.obs, batch.actions.astype(np.int32),
-            *[batch.targets[f].astype(np.float32) for f in self.algo.fields])
-        self._grad = flat
-        self._grad_view = np.asarray(flat)
-        return (self._grad_view, dict(zip(STAT_NAMES, stats.numpy().tolist())),
-                per_sample.numpy() if per_sample.shape[0] else None)
+        return self._call(self._gradients, self._arrays(batch))
 
     def fused_gradients(self, parts: list[Batch]) -> tuple[np.ndarray, dict[str, float],
                                                             list[np.ndarray | None]]:
         """`sync.virtual_fused`: the sum of the gradients of the process's virtual ranks on
         their minibatches `parts` (all of one size), the first rank's statistics (the ranks'
         mean gradient's norm), and each part's loss figure per data point, as `gradients`."""
-        cat = np.concatenate
-        flat, stats, per_sample = self._fused(
-            cat([p.obs for p in parts]), cat([p.actions for p in parts]).astype(np.int32),
-            *[cat([p.targets[f] for p in parts]).astype(np.float32) for f in self.algo.fields])
-        self._grad, self._grad_view = flat, np.asarray(flat)
-        split = (np.split(per_sample.numpy(), len(parts)) if per_sample.shape[0]
-                 else [None] * len(parts))
-        return self._grad_view, dict(zip(STAT_NAMES, stats.numpy().tolist())), split
+        inputs = [np.concatenate(arrays) for arrays in zip(*map(self._arrays, parts))]
+        flat, stats, per_sample = self._call(self._fused, inputs)
+        return flat, stats, (np.split(per_sample, len(parts)) if per_sample is not None
+                             else [None] * len(parts))
+
+    def _arrays(self, batch: Batch) -> list[np.ndarray]:
+        return [batch.obs, batch.actions.astype(np.int32),
+                *[batch.targets[f].astype(np.float32) for f in self.algo.fields]]
+
+    def _call(self, step, inputs: list[np.ndarray]
+              ) -> tuple[np.ndarray, dict[str, float], np.ndarray | None]:
+        flat, stats, per_sample = step(*inputs)
+        self._grad = flat
+        self._grad_view = np.asarray(flat)
+        return (self._grad_view, dict(zip(STAT_NAMES, stats.numpy().tolist())),
+                per_sample.numpy() if per_sample.shape[0] else None)
 
     @property
     def fuses(self) -> bool:
