@@ -95,19 +95,21 @@ def plot_frames_to_score(df: pd.DataFrame, target_label: str = "the target"):
     fig, axes = new_figure(1, 1, width=8.0, height=5.0)
     ax = axes[0][0]
     table = summary_table(df)
-    # Matplotlib's cycle without its gray (C7), the colour of the 2x line.
+    # Matplotlib's cycle without its gray (C7), the colour of the 2x line; past its nine
+    # colours the next rules take them again with another marker.
     palette = [f"C{i}" for i in range(10) if i != 7]
-    colors = {rule: palette[i % len(palette)] for i, rule in enumerate(dict.fromkeys(df["rule"]))}
+    styles = {rule: (palette[i % len(palette)], "os^D"[i // len(palette) % 4])
+              for i, rule in enumerate(dict.fromkeys(df["rule"]))}
     rng = np.random.default_rng(0)
     for rule, g in df.groupby("rule", sort=False):
-        color = colors[rule]
+        color, marker = styles[rule]
         # Seeds of one setting side by side, not on top of each other.
         x = g["ranks"] * np.exp(rng.uniform(-0.06, 0.06, len(g)))
         hit = g["reached"].to_numpy()
-        ax.scatter(x[hit], g["frames"][hit] / 1e6, color=color, zorder=3,
+        ax.scatter(x[hit], g["frames"][hit] / 1e6, color=color, marker=marker, zorder=3,
                    label=rule if hit.any() else None)
         ax.scatter(x[~hit], g["frames"][~hit] / 1e6, facecolors="none", edgecolors=color,
-                   zorder=3, label=None if hit.any() else rule)
+                   marker=marker, zorder=3, label=None if hit.any() else rule)
         for xi, yi in zip(x[~hit], g["frames"][~hit] / 1e6):
             ax.annotate("", (xi, yi * 1.12), (xi, yi),
                         arrowprops={"arrowstyle": "->", "color": color})
