@@ -95,11 +95,14 @@ class Point:
 
 
 def _rate(train) -> float:
-    """A run's frames/s while it trained, first to last /train row (a PPO rollout's frames
-    arrive in one step, so rows in between can show none)."""
-    if len(train) < 2:
+    """A run's frames/s while it trained, from the /train row that first counted its first
+    frames to the row that first counted its last: a PPO rollout's frames arrive in one step
+    and the rows after repeat the count, so a span to the last row would charge the time of a
+    rollout not yet counted (in a run of a few rollouts, a third of its rate)."""
+    arrivals = train.drop_duplicates("frames")
+    if len(arrivals) < 2:
         return math.nan
-    first, last = train.iloc[0], train.iloc[-1]
+    first, last = arrivals.iloc[0], arrivals.iloc[-1]
     seconds = float(last["wall_time"] - first["wall_time"])
     return float(last["frames"] - first["frames"]) / seconds if seconds > 0 else math.nan
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 
-from ddrl.bench.project import Point, interpolate
+from ddrl.bench.project import Point, _rate, interpolate
 
 
 def point(ranks: int, frames: list[float], reached: list[bool]) -> Point:
@@ -51,3 +52,12 @@ def test_past_the_largest_count_only_when_asked():
     assert math.isnan(value) and how.startswith("beyond the largest measured batch")
     value, how, exact = interpolate(pts, 32, True)
     assert value == pytest.approx(2e6) and how == "EXTRAPOLATED"
+
+
+def test_a_rank_rate_counts_the_time_of_counted_frames_only():
+    """Rollouts of 1,000 frames every 10 s, a row each second: three rollouts counted, the
+    run stopped 9 s into a fourth whose frames never arrived. 100 frames/s, not 2,000 / 29 s."""
+    rows = [(t + 1, 1000 * (t // 10 + 1)) for t in range(30)]
+    train = pd.DataFrame(rows, columns=["wall_time", "frames"])
+    assert _rate(train) == pytest.approx(100.0)
+    assert math.isnan(_rate(train.head(5)))
