@@ -69,12 +69,13 @@ def test_clipping_the_mean_is_not_clipping_each_rank(tmp_path):
 
 def test_fused_virtual_ranks_train_the_same_job(tmp_path):
     """`sync.virtual_fused`: the same updates within float rounding, computed in one call (the
-    logged norm is then the ranks' mean gradient's, not rank 0's). Fifty updates' losses agree:
-    the rounding drifts by about 1e-6 there, a wrong update, moment or minibatch is far off."""
+    logged norm is then the ranks' mean gradient's, not rank 0's). Twenty updates' losses
+    agree: the rounding drifts by under 1e-6 there (too little to flip a sampled action), a
+    wrong update, moment or minibatch is far off."""
     _, plain = run(tmp_path, "plain", "ppo-clip-sync", 1, 2)
     _, fused = run(tmp_path, "fused", "ppo-clip-sync", 1, 2, "sync.virtual_fused=true")
-    assert len(plain) >= 50
-    np.testing.assert_allclose(fused["loss"][:50], plain["loss"][:50], rtol=1e-4)
+    assert len(plain) >= 20
+    np.testing.assert_allclose(fused["loss"][:20], plain["loss"][:20], rtol=1e-4)
     assert (fused["contributors"] == 2).all()
     assert abs(fused["grad_norm"][0] - plain["grad_norm"][0]) > 1e-3 * plain["grad_norm"][0]
 
