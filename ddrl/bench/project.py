@@ -78,7 +78,8 @@ class Point:
 
     def median(self, field: str) -> tuple[float, bool]:
         """(median of `field`, exact): a run that missed the target counts as reaching it past
-        its budget, so where the middle run missed, the median is only a lower bound."""
+        its budget, so where such a run can sit at or below the middle, the median is only a
+        lower bound (`median_bound`)."""
         import pandas as pd
 
         from analysis.batch_scaling import median_bound
