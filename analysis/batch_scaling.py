@@ -3,7 +3,7 @@ frames stay almost flat as the batch grows): a summary table and its figure from
 runs, one row each, real or rehearsed (`sync.virtual_ranks`).
 
 `python -m analysis.batch_scaling RECORD.csv [--out DIR]` prints the table in Markdown and
-writes DIR/frames-to-score.png. The record's columns:
+writes its figure as DIR/RECORD.png (one record, and figure, per game). The record's columns:
 
 - `ranks`, `minibatches` (per rank and epoch), `epochs`, `rollout` (data points a rank's
   rollout holds), `frames_per_point` (frames an agent step: the frame skip);
@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     df = load_record(args.record)
     print(markdown(summary_table(df)))
     args.out.mkdir(parents=True, exist_ok=True)
-    print(f"wrote {save(plot_frames_to_score(df, args.target), args.out / 'frames-to-score.png')}")
+    figure = args.out / f"{Path(args.record).stem}.png"
+    print(f"wrote {save(plot_frames_to_score(df, args.target), figure)}")
     return 0
 
 

@@ -116,33 +116,39 @@ def test_the_projection_prints_its_inputs_and_refuses_past_the_largest_measured_
                                   for r in rows), missed.stdout
 
 
-def test_the_projection_takes_no_rank_speed_from_a_fused_rehearsal(tmp_path):
-    """One call for all virtual ranks runs faster than the ranks would: such a run gives the
-    frames to the target, not a rank's frames/s."""
-    res = ddrl("train", JOBS / "cartpole.toml", "--out", tmp_path / "fused", "--set",
-               "acting.mode=a2c", "--set", "eval.every=20", "--set", "eval.target=60", "--set",
-               "run.max_frames=100000", "--set", "run.tensorboard=false", "--set",
-               "sync.virtual_ranks=2", "--set", "sync.virtual_fused=true", timeout=240)
-    assert res.returncode == 0, res.stderr[-2000:]
+def test_the_projection_takes_a_rank_speed_only_from_real_ranks_alike(tmp_path):
+    """A rehearsal's virtual ranks share an update's all-reduce and optimizer step (fused, its
+    gradient call too), which real ranks each pay: its frames/s is no rank's. A rank's speed
+    comes from real ranks with the same rollout, epochs and minibatches (fails on a code that
+    took an unfused rehearsal's rate)."""
+    def train(name: str, *settings: str, frames: int = 20000, ev: tuple = NO_EVAL):
+        res = ddrl("train", JOBS / "cartpole.toml", "--out", tmp_path / name, "--set",
+                   "acting.mode=a2c", "--set", f"run.max_frames={frames}", "--set",
+                   "run.tensorboard=false", *ev, *[a for kv in settings for a in ("--set", kv)],
+                   timeout=240)
+        assert res.returncode == 0, res.stderr[-2000:]
+    train("fused", "sync.virtual_ranks=2", "sync.virtual_fused=true", frames=100000,
+          ev=("--set", "eval.every=20", "--set", "eval.target=60"))
+    train("rehearsed", "sync.virtual_ranks=2")
+    train("other", "acting.t_max=10")
+    train("real")
     project = ("bench", "project", JOBS / "cartpole.toml", "--runs", tmp_path / "fused",
                "--nodes", "2", "--cores-per-node", "1")
-    refused = ddrl(*project, timeout=120)
-    assert refused.returncode != 0 and "Traceback" not in refused.stderr
-    assert refused.stderr.strip().splitlines()[-1].startswith("ddrl: error: no run gives a "
-                                                              "rank's frames/s"), refused.stderr
+    for speed_runs in ((), ("--speed-runs", tmp_path / "other")):
+        refused = ddrl(*project, *speed_runs, timeout=120)
+        assert refused.returncode != 0 and "Traceback" not in refused.stderr
+        assert refused.stderr.strip().splitlines()[-1].startswith(
+            "ddrl: error: no run gives a rank's frames/s"), refused.stderr
+    assert "t_max 10, epochs 4, minibatches 4: alike no measured rank count, not used" in \
+        refused.stdout, refused.stdout
     given = ddrl(*project, "--fps-per-core", "5000", timeout=120)
     assert given.returncode == 0, given.stderr
-    assert "frames/s not a rank's (sync.virtual_fused)" in given.stdout, given.stdout
-    # A run given for its speed only: a fused one is refused, an unfused one read.
-    wrong = ddrl(*project, "--speed-runs", tmp_path / "fused", timeout=120)
+    assert "frames/s not measured (no run of real ranks alike)" in given.stdout, given.stdout
+    wrong = ddrl(*project, "--speed-runs", tmp_path / "rehearsed", timeout=120)
     assert wrong.returncode != 0 and "Traceback" not in wrong.stderr
-    assert "fused its virtual ranks' gradients" in wrong.stderr.strip().splitlines()[-1]
-    res = ddrl("train", JOBS / "cartpole.toml", "--out", tmp_path / "speed", "--set",
-               "acting.mode=a2c", "--set", "eval.episodes=0", "--set", "eval.target=none",
-               "--set", "run.max_frames=20000", "--set", "run.tensorboard=false", "--set",
-               "sync.virtual_ranks=2", timeout=240)
-    assert res.returncode == 0, res.stderr[-2000:]
-    speed = ddrl(*project, "--speed-runs", tmp_path / "speed", timeout=120)
+    assert "a rehearsal (sync.virtual_ranks)" in wrong.stderr.strip().splitlines()[-1]
+    speed = ddrl(*project, "--speed-runs", tmp_path / "real", timeout=120)
     assert speed.returncode == 0, speed.stderr
-    assert re.search(r"    2 ranks: [\d,]+ frames/s per core \(--speed-runs\)", speed.stdout), \
+    assert re.search(r"    2 ranks: .*; a rank \(n_sim 8, t_max 5, epochs 4, minibatches 4\): "
+                     r"[\d,]+ frames/s per core \(1 run\(s\) of real ranks\)", speed.stdout), \
         speed.stdout

@@ -8,10 +8,11 @@ Data-parallel training to a score costs, at R ranks (nodes x ranks per node):
   run that missed the target counts as reaching it past its budget, so a median resting on
   one is a lower bound, and so are the minutes projected from it;
 - each rank's simulation and training, F(R) / (R x frames/s of a rank), a rank being one core
-  as in the recipes, at the runs' measured frames/s per core (a rehearsal's per-core rate is a
-  real rank's: each virtual rank simulates and trains what a real one would; not where the
-  rehearsal fused its ranks' gradients into one call, `sync.virtual_fused`, whose rate is left
-  out);
+  as in the recipes, at a rank's frames/s per core measured by runs of real ranks with the
+  same work per rank (its rollout, epochs and minibatches: `mpirun -n 2` of the job with the
+  big job's `algo.minibatches` does each update what one of its ranks does). Never a
+  rehearsal's: its k virtual ranks share one all-reduce and one optimizer step an update
+  (and with `sync.virtual_fused`, one gradient call), which k real ranks each pay;
 - U(R) all-reduces across the nodes, each priced by the sync model that `ddrl bench scaling`
   checked on simulated hosts (Rabenseifner's form; docs/scaling.md), on a link carrying the
   all-reduce's payload at the measured share of its rate. The ranks within a node reduce
@@ -55,8 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fps-per-core", type=float,
                    help="a rank's frames/s per core (default: the runs' own, measured)")
     p.add_argument("--speed-runs", nargs="+", default=[], metavar="DIR",
-                   help="runs that give only a rank's frames/s per core at their rank count "
-                        "(short runs, not sync.virtual_fused); their frames are not used")
+                   help="runs of real ranks that give only a rank's frames/s per core, for the "
+                        "measured rank counts whose ranks have the same rollout, epochs and "
+                        "minibatches (short runs; their frames are not used)")
     p.add_argument("--run-cores", type=int,
                    help="cores the runs had, for logs that do not record it")
     p.add_argument("--extrapolate", action="store_true",
@@ -75,6 +77,7 @@ class Point:
     reached: list[bool]
     fps_per_core: list[float]
     cpus: set[str]
+    work: tuple | None = None
 
     def median(self, field: str) -> tuple[float, bool]:
         """(median of `field`, exact): a run that missed the target counts as reaching it past
@@ -108,14 +111,29 @@ def _rate(train) -> float:
     return float(last["frames"] - first["frames"]) / seconds if seconds > 0 else math.nan
 
 
+# What a rank computes per frame: its rollout and the updates it makes of it. Runs alike in
+# these run a rank at the same frames/s, whatever their rank count.
+WORK = ("acting.n_sim", "acting.t_max", "algo.epochs", "algo.minibatches")
+
+
+def _work(run) -> tuple:
+    return tuple(run.setting(key) for key in WORK)
+
+
+def _describe(work: tuple) -> str:
+    return ", ".join(f"{key.split('.')[1]} {value}" for key, value in zip(WORK, work))
+
+
 def _fps_per_core(run, run_cores: int | None) -> float | None:
-    """A rank's frames/s per core as the run measured it; None for a rehearsal that fused its
-    ranks' gradients, which runs faster than its ranks would."""
+    """A rank's frames/s per core as the run measured it; None for a rehearsal, whose virtual
+    ranks share an update's all-reduce and optimizer step (and, fused, its gradient call): it
+    runs faster than its ranks would (16 virtual ranks of the Pong recipe's 64-rank rule at
+    half its minibatches: 1.6x a real rank)."""
     cores = run.attrs.get("cores", run_cores)
     if cores is None:
         raise DdrlError(f"{run.name}: its log does not say how many cores it had; "
                         "give --run-cores")
-    if run.setting("sync.virtual_fused") and run.setting("sync.virtual_ranks", 1) > 1:
+    if run.setting("sync.virtual_ranks", 1) > 1:
         return None
     return _rate(run["train"]) / int(cores)
 
@@ -127,7 +145,10 @@ def measure(paths: list[str], target: float | None, run_cores: int | None) -> li
     points: dict[int, Point] = {}
     for run in load_runs(paths):
         ranks = run.workers
-        point = points.setdefault(ranks, Point(ranks, [], [], [], [], set()))
+        point = points.setdefault(ranks, Point(ranks, [], [], [], [], set(), _work(run)))
+        if _work(run) != point.work:
+            raise DdrlError(f"{run.name}: its ranks' {_describe(_work(run))} differ from the other "
+                            f"{ranks}-rank runs' ({_describe(point.work)}): one setting a rank count")
         point.cpus.add(re.sub(r", \d+ cores.*", "", str(run.attrs.get("cpu", "CPU not recorded"))))
         train = run["train"]
         fps = _fps_per_core(run, run_cores)
@@ -147,17 +168,18 @@ def measure(paths: list[str], target: float | None, run_cores: int | None) -> li
     return sorted(points.values(), key=lambda p: p.ranks)
 
 
-def measure_speed(paths: list[str], run_cores: int | None) -> dict[int, list[float]]:
-    """Rank count -> frames/s per core of runs given for their speed only."""
+def measure_speed(paths: list[str], run_cores: int | None) -> dict[tuple, list[float]]:
+    """A rank's work (`WORK`) -> frames/s per core of runs given for their speed only."""
     from analysis.load import load_runs
 
-    speeds: dict[int, list[float]] = {}
+    speeds: dict[tuple, list[float]] = {}
     for run in load_runs(paths):
         fps = _fps_per_core(run, run_cores)
         if fps is None:
-            raise DdrlError(f"{run.name}: fused its virtual ranks' gradients "
-                            "(sync.virtual_fused), so its frames/s is not a rank's")
-        speeds.setdefault(run.workers, []).append(fps)
+            raise DdrlError(f"{run.name}: a rehearsal (sync.virtual_ranks), whose ranks share "
+                            "an update's all-reduce and optimizer step: its frames/s is not a "
+                            "rank's; run real ranks with the same settings")
+        speeds.setdefault(_work(run), []).append(fps)
     return speeds
 
 
@@ -214,11 +236,9 @@ def run(args: argparse.Namespace) -> int:
     points = measure(args.runs, args.target, args.run_cores)
     speeds = measure_speed(args.speed_runs, args.run_cores)
     for p in points:
-        speeds.setdefault(p.ranks, []).extend(p.fps_per_core)
-    fps_known = sorted((ranks, float(np.median(v)), True) for ranks, v in speeds.items() if v)
-    if not (fps_known or args.fps_per_core):
-        raise DdrlError("no run gives a rank's frames/s (every one fused its virtual ranks' "
-                        "gradients, sync.virtual_fused): give --fps-per-core or --speed-runs")
+        speeds.setdefault(p.work, []).extend(p.fps_per_core)
+    fps_known = [(p.ranks, float(np.median(speeds[p.work])), True) for p in points
+                 if speeds.get(p.work)]
     # One rank per core, as the recipes bind them: a rank's batch is what one core simulates,
     # so the cores set the global batch (more cores per rank would need more simulators each).
     ranks_per_node = args.cores_per_node
@@ -228,19 +248,24 @@ def run(args: argparse.Namespace) -> int:
         median, exact = p.median("frames")
         hits = p.hits()
         spread = f" [{min(hits) / 1e6:.2f}-{max(hits) / 1e6:.2f}M reached]" if hits else ""
+        measured = speeds.get(p.work, [])
         say(f"  {p.ranks:>5} ranks: {sum(p.reached)}/{len(p.reached)} reached, median "
             f"{'' if exact else '> '}{median / 1e6:.2f}M frames{spread}, "
-            f"{'' if exact else '> '}{p.median('updates')[0]:,.0f} updates; "
-            + (f"{np.median(p.fps_per_core):,.0f} frames/s per core" if p.fps_per_core else
-               "frames/s not a rank's (sync.virtual_fused)")
-            + f" ({', '.join(sorted(p.cpus))})")
-    for ranks, fps, _ in fps_known:
-        if not any(p.ranks == ranks and p.fps_per_core for p in points):
-            say(f"  {ranks:>5} ranks: {fps:,.0f} frames/s per core (--speed-runs)")
+            f"{'' if exact else '> '}{p.median('updates')[0]:,.0f} updates "
+            f"({', '.join(sorted(p.cpus))}); a rank ({_describe(p.work)}): "
+            + (f"{np.median(measured):,.0f} frames/s per core ({len(measured)} run(s) of real "
+               "ranks)" if measured else "frames/s not measured (no run of real ranks alike)"))
+    for work in speeds:
+        if not any(p.work == work for p in points):
+            say(f"  --speed-runs with {_describe(work)}: alike no measured rank count, not used")
+    if not (fps_known or args.fps_per_core):
+        raise DdrlError("no run gives a rank's frames/s (a rehearsal's is not a rank's): give "
+                        "--speed-runs (real ranks with a measured rank count's rollout, epochs "
+                        "and minibatches) or --fps-per-core")
     # A bigger job keeps the global minibatch with smaller minibatches per rank, each with a
-    # call's fixed cost: a rank's speed is the runs' at its own rank count, not the smallest's.
+    # call's fixed cost: a rank's speed is that of its own rank count's work, not the smallest's.
     fps_source = (f"{args.fps_per_core:,.0f} (--fps-per-core)" if args.fps_per_core else
-                  "the runs' at its rank count, log-log between the measured counts")
+                  "a rank's at the measured counts, log-log between them")
     say(f"  a rank: one core, frames/s {fps_source}; {ranks_per_node} ranks per "
         f"{args.cores_per_node}-core node")
     say(f"  gradient: {nbytes / 2**20:.2f} MiB; all-reduce between nodes: Rabenseifner's form "
