@@ -54,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="share of the link rate the all-reduce carries as payload")
     p.add_argument("--target", type=float, help="score to reach (default: the runs' eval.target)")
     p.add_argument("--fps-per-core", type=float,
-                   help="a rank's frames/s per core (default: the runs' own, measured)")
+                   help="a rank's frames/s per core (default: measured by real ranks alike)")
     p.add_argument("--speed-runs", nargs="+", default=[], metavar="DIR",
                    help="runs of real ranks that give only a rank's frames/s per core, for the "
                         "measured rank counts whose ranks have the same rollout, epochs and "
@@ -127,8 +127,8 @@ def _describe(work: tuple) -> str:
 def _fps_per_core(run, run_cores: int | None) -> float | None:
     """A rank's frames/s per core as the run measured it; None for a rehearsal, whose virtual
     ranks share an update's all-reduce and optimizer step (and, fused, its gradient call): it
-    runs faster than its ranks would (16 virtual ranks of the Pong recipe's 64-rank rule at
-    half its minibatches: 1.6x a real rank)."""
+    runs faster than its ranks would (the Pong rule's 32 and 64 ranks, 16 and 32 a process
+    without fusing: 1.5x and 1.4x a real rank; docs/scaling.md)."""
     cores = run.attrs.get("cores", run_cores)
     if cores is None:
         raise DdrlError(f"{run.name}: its log does not say how many cores it had; "
