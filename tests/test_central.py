@@ -121,7 +121,9 @@ def test_a_fault_on_another_host_ends_or_carries_on_as_documented(run_dir, tmp_p
     took, out = time.monotonic() - started, output.read_text()
     assert proc.returncode != 0 and took < 200, (took, out[-3000:])
     if fault in ("actor frozen", "actor's link cut"):
-        assert "actor rank 2 sent nothing for 4 s (sync.timeout); going on with 1 actor" in out
+        # A cut link can stop the actor between a step's head and its observations too.
+        assert re.search(r"actor rank 2 (sent nothing|stopped between a step's head and its "
+                         r"observations) for 4 s \(sync\.timeout\); going on with 1 actor", out), out
         assert "stopped (frames)" in out and "the run is saved" in out, out[-3000:]
         assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints")).frames >= frames
     else:
