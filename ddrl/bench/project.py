@@ -145,9 +145,10 @@ def measure(paths: list[str], target: float | None, run_cores: int | None) -> li
     points: dict[int, Point] = {}
     for run in load_runs(paths):
         ranks = run.workers
-        point = points.setdefault(ranks, Point(ranks, [], [], [], [], set(), _work(run)))
-        if _work(run) != point.work:
-            raise DdrlError(f"{run.name}: its ranks' {_describe(_work(run))} differ from the other "
+        work = _work(run)
+        point = points.setdefault(ranks, Point(ranks, [], [], [], [], set(), work))
+        if work != point.work:
+            raise DdrlError(f"{run.name}: its ranks' {_describe(work)} differ from the other "
                             f"{ranks}-rank runs' ({_describe(point.work)}): one setting a rank count")
         point.cpus.add(re.sub(r", \d+ cores.*", "", str(run.attrs.get("cpu", "CPU not recorded"))))
         train = run["train"]
