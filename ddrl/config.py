@@ -366,10 +366,12 @@ class EvalConfig:
         doc="games the weights that cross `eval.target` play in all before the run counts the target reached "
             "(the paper's 50; the rest played at once, their mean over all of them must be at the target)")
     # The most one game can score (Pong: 21): an evaluation stops as soon as that score in
-    # every game still to end could not bring its mean to the target; none: all are played.
+    # every game still to end, less what each game going has lost already, could not bring
+    # its mean to the target; none: all are played.
     max_return: float | None = setting(None,
-        doc="the most one game can score (Pong: 21): an evaluation stops once even that in every game left "
-            "could not bring its mean to `eval.target` (`none`: all are played)")
+        doc="the most one game's rewards above zero add up to (Pong: 21): an evaluation stops once even "
+            "that in every game left, less the points each game going has lost, could not bring its mean "
+            "to `eval.target` (`none`: all are played)")
     # While a crossing's confirmation plays, every rank waits (synchronous placements): the
     # evaluator gets the cores, and the run knows in seconds whether it is done.
     pause_to_confirm: bool = setting(True,

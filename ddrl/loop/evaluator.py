@@ -43,6 +43,8 @@ class Played:
     """Whole games' (return, length in agent steps), and the actions taken in them."""
     games: list[tuple[float, int]]
     actions: np.ndarray
+    # Stopped by `give_up`.
+    cut: bool = False
 
 
 def eval_actions(cfg: Config, logits: np.ndarray, n_actions: int,
@@ -61,12 +63,14 @@ def eval_actions(cfg: Config, logits: np.ndarray, n_actions: int,
 def play_games(cfg: Config, episodes: int, seed: int,
                scores: Callable[[Step], np.ndarray],
                stop: threading.Event | None = None,
-               give_up: Callable[[list[float]], bool] | None = None,
+               give_up: Callable[[list[float], float], bool] | None = None,
                cores: int = 0, per_core: int = 2) -> Played | None:
     """Play `episodes` whole games under the evaluation protocol, `scores(step)` rating each
     simulator's actions (logits or Q-values; `eval_actions` picks from them); each simulator
     plays its share so long games count too. None when `stop` is set before they are all
-    played; fewer games when `give_up(returns so far)` says so as a game ends. `cores`,
+    played. `give_up(returns of the games ended, points lost so far in the counted games
+    still going)` is asked as a game ends or a point is lost; when it says so, the games stop:
+    those ended count, or where none has, those going at their scores so far. `cores`,
     `per_core`: see `eval_simulators`."""
     quota = np.array([len(part) for part in np.array_split(
         np.arange(episodes), eval_simulators(episodes, cores, per_core))])
@@ -75,6 +79,8 @@ def play_games(cfg: Config, episodes: int, seed: int,
     pool = make_pool(cfg, len(quota), seed, train=False)
     rng = np.random.default_rng(seed)
     played = Played([], np.zeros(pool.n_actions, np.int64))
+    # Each simulator's counted game so far: its return, agent steps and points lost.
+    score, steps, lost = np.zeros(len(quota)), np.zeros(len(quota), np.int64), np.zeros(len(quota))
     try:
         while quota.any():
             if stop is not None and stop.is_set():
@@ -82,12 +88,22 @@ def play_games(cfg: Config, episodes: int, seed: int,
             step = pool.recv()
             actions = eval_actions(cfg, scores(step), pool.n_actions, rng)
             pool.send(actions)
+            counted = quota[step.env_ids] > 0
+            ids, reward = step.env_ids[counted], step.reward[counted]
+            score[ids] += reward
+            steps[ids] += 1
+            lost[ids] -= np.minimum(reward, 0)
             for env, ret, length in step.episodes:
                 if quota[env] > 0:
                     quota[env] -= 1
                     played.games.append((ret, length))
-            if step.episodes and give_up is not None and quota.any() \
-                    and give_up([ret for ret, _ in played.games]):
+                score[env], steps[env], lost[env] = 0.0, 0, 0.0
+            if give_up is not None and quota.any() and (step.episodes or (reward < 0).any()) \
+                    and give_up([ret for ret, _ in played.games], float(lost[quota > 0].sum())):
+                if not played.games:
+                    going = (quota > 0) & (steps > 0)
+                    played.games.extend(zip(score[going].tolist(), steps[going].tolist()))
+                played.cut = True
                 break
             # Only moves in games that count, not those of a simulator past its share.
             np.add.at(played.actions, actions[quota[step.env_ids] > 0], 1)
@@ -105,30 +121,31 @@ CONFIRM_SIMS_PER_CORE = 4
 def eval_simulators(episodes: int, cores: int = 0, per_core: int = 2) -> int:
     """Simulators that play `episodes` games side by side: in the background, many (one
     batched inference for all); with `cores` of its own while the ranks wait, `per_core` a
-    core (two for an evaluation: a hopeless one's first game, which cuts it short, then ends
-    after few steps of all of them), stepped by a thread a core."""
+    core, stepped by a thread a core."""
     return min(episodes, per_core * cores if cores else MAX_EVAL_SIMS)
 
 
 def out_of_reach(cfg: Config, episodes: int, prior: EvalResult | None = None
-                 ) -> Callable[[list[float]], bool] | None:
+                 ) -> Callable[[list[float], float], bool] | None:
     """Whether `episodes` games (after `prior`'s) can no longer bring the mean to eval.target
-    even if every game left scores eval.max_return: certain, no statistics. None where
-    either is unset."""
+    even if every game left scores eval.max_return and every game going wins each point it
+    has not lost yet: certain, no statistics. None where either is unset."""
     target, best = cfg.eval.target, cfg.eval.max_return
     if target is None or best is None:
         return None
     before, total = (0.0, episodes) if prior is None else (
         prior.mean * prior.episodes, prior.episodes + episodes)
 
-    def hopeless(returns: list[float]) -> bool:
-        return before + sum(returns) + best * (episodes - len(returns)) < target * total
+    def hopeless(returns: list[float], lost: float = 0.0) -> bool:
+        # A game going scores at most max_return less the points it lost: its rewards
+        # above zero add up to at most max_return (Pong: 21 points won ends it).
+        return before + sum(returns) + best * (episodes - len(returns)) - lost < target * total
     return hopeless
 
 
 def evaluate(cfg: Config, learner, episodes: int, seed: int,
              stop: threading.Event | None = None,
-             give_up: Callable[[list[float]], bool] | None = None,
+             give_up: Callable[[list[float], float], bool] | None = None,
              cores: int = 0, per_core: int = 2) -> EvalResult | None:
     """The learner's policy over `episodes` whole games (fewer when `give_up` says so, see
     `play_games`, and for `cores` and `per_core`); None when `stop` is set first."""
@@ -140,7 +157,7 @@ def evaluate(cfg: Config, learner, episodes: int, seed: int,
         return None
     r = np.array([ret for ret, _ in played.games])
     return EvalResult(float(r.mean()), float(r.std()), float(r.max()), len(r), played.actions,
-                      cut=len(r) < episodes)
+                      cut=played.cut)
 
 
 @dataclass

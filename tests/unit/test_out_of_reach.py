@@ -24,6 +24,13 @@ def test_a_pong_evaluation_of_ten_games_gives_up_after_one_game_below_minus_nine
     assert not hopeless([21.0] * 9) and hopeless([17.0] * 10)
 
 
+def test_the_points_lost_in_games_still_going_count_against_the_target():
+    # 10 games at 21 bring 210, 30 above the 180 needed: 30 points lost leave it in reach.
+    hopeless = out_of_reach(cfg("eval.max_return=21"), 10)
+    assert not hopeless([], 30.0) and hopeless([], 31.0)
+    assert not hopeless([19.0], 28.0) and hopeless([19.0], 29.0)
+
+
 def test_a_confirmation_counts_the_games_its_weights_played_before():
     prior = EvalResult(mean=19.0, std=0.0, max=19.0, episodes=10)  # 190 of the 900 needed
     hopeless = out_of_reach(cfg("eval.max_return=21"), 40, prior)
