@@ -70,8 +70,8 @@ def play_games(cfg: Config, episodes: int, seed: int,
     plays its share so long games count too. None when `stop` is set before they are all
     played. `give_up(returns of the games ended, points lost so far in the counted games
     still going)` is asked as a game ends or a point is lost; when it says so, the games stop:
-    those ended count, or where none has, those going at their scores so far. `cores`,
-    `per_core`: see `eval_simulators`."""
+    those ended count, or where none has, those going as `whole_games`. `cores`, `per_core`:
+    see `eval_simulators`."""
     quota = np.array([len(part) for part in np.array_split(
         np.arange(episodes), eval_simulators(episodes, cores, per_core))])
     if cores:
@@ -79,8 +79,8 @@ def play_games(cfg: Config, episodes: int, seed: int,
     pool = make_pool(cfg, len(quota), seed, train=False)
     rng = np.random.default_rng(seed)
     played = Played([], np.zeros(pool.n_actions, np.int64))
-    # Each simulator's counted game so far: its return, agent steps and points lost.
-    score, steps, lost = np.zeros(len(quota)), np.zeros(len(quota), np.int64), np.zeros(len(quota))
+    # Each simulator's counted game so far: agent steps, points won and lost.
+    steps, won, lost = np.zeros(len(quota), np.int64), np.zeros(len(quota)), np.zeros(len(quota))
     try:
         while quota.any():
             if stop is not None and stop.is_set():
@@ -90,19 +90,19 @@ def play_games(cfg: Config, episodes: int, seed: int,
             pool.send(actions)
             counted = quota[step.env_ids] > 0
             ids, reward = step.env_ids[counted], step.reward[counted]
-            score[ids] += reward
             steps[ids] += 1
+            won[ids] += np.maximum(reward, 0)
             lost[ids] -= np.minimum(reward, 0)
             for env, ret, length in step.episodes:
                 if quota[env] > 0:
                     quota[env] -= 1
                     played.games.append((ret, length))
-                score[env], steps[env], lost[env] = 0.0, 0, 0.0
+                steps[env], won[env], lost[env] = 0, 0.0, 0.0
             if give_up is not None and quota.any() and (step.episodes or (reward < 0).any()) \
                     and give_up([ret for ret, _ in played.games], float(lost[quota > 0].sum())):
                 if not played.games:
-                    going = (quota > 0) & (steps > 0)
-                    played.games.extend(zip(score[going].tolist(), steps[going].tolist()))
+                    played.games.extend(whole_games(won, lost, steps, quota > 0,
+                                                    cfg.eval.max_return))
                 played.cut = True
                 break
             # Only moves in games that count, not those of a simulator past its share.
@@ -110,6 +110,17 @@ def play_games(cfg: Config, episodes: int, seed: int,
     finally:
         pool.close()
     return played
+
+
+def whole_games(won: np.ndarray, lost: np.ndarray, steps: np.ndarray, going: np.ndarray,
+                first_to: float) -> list[tuple[float, int]]:
+    """(return, agent steps) of the games `going` that scored a point either way, each as if
+    played to its end at the same rate, first to `first_to` points (eval.max_return, Pong's
+    21): a game that lost every point scores -21, as it would have. A cut evaluation's games
+    where none had ended: no score, but on the scale of one."""
+    going = going & (np.maximum(won, lost) > 0)
+    scale = first_to / np.maximum(won[going], lost[going])
+    return list(zip(((won[going] - lost[going]) * scale).tolist(), steps[going].tolist()))
 
 
 # Simulators a core for the games of a crossing's confirmation, while the ranks wait: weights

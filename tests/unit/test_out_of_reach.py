@@ -8,7 +8,9 @@ import pytest
 
 from ddrl.config import load_config
 from ddrl.errors import DdrlError
-from ddrl.loop.evaluator import EvalResult, out_of_reach
+import numpy as np
+
+from ddrl.loop.evaluator import EvalResult, out_of_reach, whole_games
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
 
@@ -46,3 +48,10 @@ def test_without_a_bound_or_a_target_every_game_is_played():
 def test_a_bound_below_the_target_is_refused():
     with pytest.raises(DdrlError, match="eval.max_return: 17 is below eval.target 18"):
         cfg("eval.max_return=17")
+
+
+def test_games_cut_before_their_end_are_reported_as_played_to_the_end_at_the_same_rate():
+    # 3-8: the opponent ahead, 21 x -5 / 8; 5-4: 21 x 1 / 5; 0-0 says nothing; not going: not counted.
+    games = whole_games(np.array([3.0, 5.0, 0.0, 9.0]), np.array([8.0, 4.0, 0.0, 1.0]),
+                        np.array([800, 700, 10, 900]), np.array([True, True, True, False]), 21.0)
+    assert games == [(-13.125, 800), (4.2, 700)]
