@@ -389,7 +389,8 @@ class EvalConfig:
     pause_share: float = setting(0.05, bounds=(0.0, 1.0, True),
         doc="the ranks wait for focused evaluations at most this share of the run's wall time; one due "
             "beyond it waits until the share allows it, then plays the newest weights (confirmations not "
-            "counted)")
+            "counted). A rehearsal (`sync.virtual_ranks` > 1), whose minutes are not the job's, waits "
+            "for every due one")
     # After a confirmed crossing (or a budget's end without one), play the weights the
     # evaluator had no time for, to find the earliest at the target: an earlier time to target,
     # known later. Off: the run stops once it knows, and keeps no skipped weights.

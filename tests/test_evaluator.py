@@ -292,16 +292,20 @@ def test_owed_evaluations_play_side_by_side_on_the_cores_the_stopped_run_leaves(
     assert first_reaching(evals, 100.0)["update"] <= in_run_hit["update"]
 
 
-def test_focused_evaluations_play_every_due_update_while_the_ranks_wait(tmp_path):
+@pytest.mark.parametrize("sets", [["eval.pause_share=1"],
+                                  ["eval.pause_share=0.001", "sync.virtual_ranks=2",
+                                   "acting.mode=a2c"]],
+                         ids=["the pause share unbounded", "a rehearsal, whatever the share"])
+def test_focused_evaluations_play_every_due_update_while_the_ranks_wait(tmp_path, sets):
     """Evaluations of 10 games every 50 updates, slower than the updates: in the
     background most would be skipped. Focused from the first result on (CartPole scores 0 or
     more), the run waits for each, so every one due after the next is played at its own update;
     a target out of reach (501: CartPole ends at 500), and without backfill nothing is owed at
-    the end."""
+    the end. A rehearsal measures frames, not minutes: eval.pause_share does not bound it."""
     out = tmp_path / "run"
     res = ddrl("train", JOBS / "cartpole.toml", "--out", out, "--set", "eval.every=50",
                "--set", "eval.episodes=10", "--set", "eval.target=501",
-               "--set", "eval.focus_above=0", "--set", "eval.pause_share=1",
+               "--set", "eval.focus_above=0", *[a for s in sets for a in ("--set", s)],
                "--set", "eval.backfill=false", "--set", "run.max_frames=100000", timeout=300)
     assert res.returncode == 0, res.stderr
     assert "the ranks wait for each evaluation from now on" in res.stdout, res.stdout

@@ -11,6 +11,7 @@ import math
 import resource
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -215,6 +216,10 @@ class Trainer:
 
     def _resumed_schedule(self) -> EvalSchedule:
         cfg, c = self.cfg.eval, self.counters
+        if self.cfg.sync.virtual_ranks > 1:
+            # A rehearsal measures the big job's frames to the target, not its minutes: every
+            # due evaluation is waited for, so the frames are known to eval.every's resolution.
+            cfg = replace(cfg, pause_share=1.0)
         kept = [Snapshot(u.weights, u.update, u.frames, u.wall_time) for u in
                 checkpoint.load_unplayed(self.run_dir / "checkpoints", c.update)
                 ] if cfg.target is not None else []
