@@ -107,7 +107,8 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("cpu_seconds", "f4", "the evaluator process's CPU time for it; 0 for the final evaluation, which "
                               "rank 0 plays itself"),
         ("cut", "i1", "1: stopped once `eval.target` was out of reach (`eval.max_return`); its mean is over "
-                      "the games that ended first (none ended: the games going, as if played to the end at the same rate) and is no score"),
+                      "the games that ended first (none ended: the games going, as if played to the end "
+                      "at the same rate) and is no score"),
         ("known_at", "f8", "the run's wall time when the result was known"),
     ],
     "ranks": [

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ddrl.config import load_config
 from ddrl.errors import DdrlError
-import numpy as np
-
 from ddrl.loop.evaluator import EvalResult, out_of_reach, whole_games
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
