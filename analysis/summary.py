@@ -151,9 +151,9 @@ def _column(runs: pd.DataFrame, name: str) -> pd.Series:
     return runs[name] if name in runs else pd.Series(math.nan, index=runs.index)
 
 
-def _at(seconds: float, frames: float) -> str:
-    return "not reached" if math.isnan(seconds) else \
-        f"{seconds / 60:.1f} min ({frames / 1e6:.2f}M frames)"
+def _at(seconds: float, frames: float, what: str, missing: str) -> str:
+    return missing if math.isnan(seconds) else \
+        f"{what} at {seconds / 60:.1f} min ({frames / 1e6:.2f}M frames)"
 
 
 def headline(row: pd.Series) -> str:
@@ -163,10 +163,13 @@ def headline(row: pd.Series) -> str:
     lag = row.get("detection_lag", math.nan)
     known = "" if math.isnan(lag) else f", known {lag:.0f} s later"
     share = row.get("eval_share", math.nan)
-    return (f"{row['run']}: target {row['target']:g} confirmed at "
-            f"{_at(row['time_to_confirmed'], row['frames_to_confirmed'])}{known}; first "
-            f"crossing {_at(row['time_to_target'], row['frames_to_target'])}; online (last "
-            f"{ONLINE_GAMES} training games) {_at(row['time_to_online'], row['frames_to_online'])}"
+    online = f"online (last {ONLINE_GAMES} training games)"
+    return (f"{row['run']}: target {row['target']:g} "
+            + _at(row["time_to_confirmed"], row["frames_to_confirmed"], "confirmed",
+                  "not confirmed") + f"{known}; "
+            + _at(row["time_to_target"], row["frames_to_target"], "first crossing",
+                  "no evaluation at it") + "; "
+            + _at(row["time_to_online"], row["frames_to_online"], online, f"{online} not reached")
             + ("" if math.isnan(share) else f"; evaluator {100 * share:.1f}% of the CPU"))
 
 

@@ -19,6 +19,9 @@ class FakeEvaluator:
         self.started: list[int] = [] if started is None else started  # all siblings' starts
         self.seconds = 0.0  # the wall time each evaluation reports
         self.cut_below = float("-inf")  # scores below it are cut (out of reach of the target)
+        # Updates whose first games are cut whatever they score: the mean of the games that
+        # ended before the cut may be above the target.
+        self.cut_updates: set[int] = set()
 
     def siblings(self, most: int) -> list[FakeEvaluator]:
         return [FakeEvaluator(self._score, self._polls, 1, self.started)
@@ -36,7 +39,8 @@ class FakeEvaluator:
         self._snap = snap
         self.started.append(snap.update)
         score = (self._score if snap.prior is None else self._confirm_score)(snap.update)
-        result = EvalResult(score, 0.0, score, snap.episodes or 10, cut=score < self.cut_below)
+        cut = score < self.cut_below or snap.prior is None and snap.update in self.cut_updates
+        result = EvalResult(score, 0.0, score, snap.episodes or 10, cut=cut)
         if snap.prior is not None:  # a confirmation: the same weights, more games
             result = pooled(snap.prior, result)
         self._done = EvalDone(snap.update, snap.frames, snap.wall_time, result, snap.weights,

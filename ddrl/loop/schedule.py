@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ddrl.config import EvalConfig
-from ddrl.loop.evaluator import EvalDone, Snapshot
+from ddrl.loop.evaluator import EvalDone, EvalResult, Snapshot
 from ddrl.output import say
 
 SKIPPED_BYTES = 256 << 20
@@ -42,6 +42,13 @@ class Evaluator(Protocol):
     def siblings(self, most: int) -> list[Evaluator]: ...
 
     def cancel(self) -> None: ...
+
+
+def reaches(res: EvalResult, target: float | None) -> bool:
+    """Whether an evaluation's games are at the target. A cut one's mean is over the games
+    that ended first, and the games still going, which it stopped on, could not have
+    brought all of them there: it reaches nothing, whatever that mean."""
+    return target is not None and not res.cut and res.mean >= target
 
 
 def _clock(seconds: float) -> str:
@@ -157,7 +164,7 @@ class EvalSchedule:
         """The games still owed by weights whose evaluation crossed the target, before the
         crossing counts (eval.confirm_episodes in all); None when there are none."""
         target, res, needed = self.cfg.target, done.result, self.cfg.confirm_episodes
-        if target is None or res.mean < target or res.episodes >= needed:
+        if not reaches(res, target) or res.episodes >= needed:
             return None
         return Snapshot(done.weights, done.update, done.frames, done.wall_time, prior=res,
                         episodes=needed - res.episodes,
@@ -177,7 +184,7 @@ class EvalSchedule:
             self.focused = True
             say(f"[ddrl] evaluation of update {done.update} scored {res.mean:.1f} (eval."
                 f"focus_above {focus:g}): the ranks wait for each evaluation from now on")
-        if target is None or res.mean < target or self._confirmation(done) is not None \
+        if not reaches(res, target) or self._confirmation(done) is not None \
                 or self.target_reached:
             return
         self.target_reached = True
@@ -248,7 +255,7 @@ class EvalSchedule:
                     if confirm is not None:  # the same worker plays the rest of the games
                         worker.start(confirm)
                         playing[i] = worker
-                    elif done.result.mean >= self.cfg.target:
+                    elif reaches(done.result, self.cfg.target):
                         hit = i
             for i in [i for i in playing if i > hit]:
                 playing.pop(i).cancel()

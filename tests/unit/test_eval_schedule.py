@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 from fake_evaluator import FakeEvaluator
 
 from ddrl.config import EvalConfig
@@ -81,6 +82,24 @@ def test_a_crossing_that_fails_its_confirmation_does_not_count_and_the_run_goes_
     drive(schedule, range(1, 10))
     assert (4, 4.0, 50, True) in recorded and not schedule.target_reached
     assert evaluator.started == [2, 4, 4, 6, 8]
+
+
+@pytest.mark.parametrize("confirm", [0, 50])
+def test_a_cut_evaluation_reaches_nothing_whatever_its_ended_games_scored(confirm):
+    # Update 4's games that ended before the cut averaged 20; those still going could not have
+    # brought all 10 to 18. No confirmation of it is played, and it is no hit.
+    schedule, evaluator, recorded = make(lambda u: 20.0 if u == 4 else 0.0, confirm=confirm)
+    evaluator.cut_updates = {4}
+    drive(schedule, range(1, 10))
+    assert not schedule.target_reached
+    assert evaluator.started == [2, 4, 6, 8]
+
+
+def test_weights_owed_after_the_run_skip_a_cut_evaluation_for_the_next_hit():
+    schedule, evaluator, recorded = make(lambda u: 20.0 if u >= 4 else 0.0)
+    evaluator.cut_updates = {4}
+    left = schedule.play_in_order([snap(2), snap(4), snap(6)], [evaluator], threading.Event())
+    assert left == [] and evaluator.started == [2, 4, 6] and schedule.target_reached
 
 
 def test_after_a_hit_the_gap_is_played_oldest_first_and_stops_at_the_earliest_hit():

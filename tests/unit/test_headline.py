@@ -1,0 +1,31 @@
+"""The one line `ddrl analyze` prints per run, on each protocol's outcome."""
+import math
+
+import pandas as pd
+
+from analysis.summary import headline
+
+
+def row(**values) -> pd.Series:
+    base = {"run": "r", "target": 18.0, "time_to_confirmed": math.nan,
+            "frames_to_confirmed": math.nan, "detection_lag": math.nan,
+            "time_to_target": math.nan, "frames_to_target": math.nan,
+            "time_to_online": math.nan, "frames_to_online": math.nan, "eval_share": 0.063}
+    return pd.Series({**base, **values})
+
+
+def test_a_crossing_never_confirmed_reads_as_not_confirmed():
+    line = headline(row(time_to_target=1434.0, frames_to_target=10.0e6))
+    assert line == ("r: target 18 not confirmed; first crossing at 23.9 min (10.00M frames); "
+                    "online (last 100 training games) not reached; evaluator 6.3% of the CPU")
+
+
+def test_a_confirmed_target_gives_its_minute_frames_and_lag():
+    line = headline(row(time_to_confirmed=960.0, frames_to_confirmed=6.85e6, detection_lag=28.0,
+                        time_to_target=960.0, frames_to_target=6.85e6))
+    assert line.startswith("r: target 18 confirmed at 16.0 min (6.85M frames), known 28 s later; "
+                           "first crossing at 16.0 min")
+
+
+def test_a_run_without_target_says_so():
+    assert headline(row(target=math.nan)) == "r: no target"
