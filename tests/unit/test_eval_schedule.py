@@ -88,7 +88,7 @@ def test_a_crossing_that_fails_its_confirmation_does_not_count_and_the_run_goes_
 def test_a_cut_evaluation_reaches_nothing_whatever_its_ended_games_scored(confirm):
     # Update 4's games that ended before the cut averaged 20; those still going could not have
     # brought all 10 to 18. No confirmation of it is played, and it is no hit.
-    schedule, evaluator, recorded = make(lambda u: 20.0 if u == 4 else 0.0, confirm=confirm)
+    schedule, evaluator, _ = make(lambda u: 20.0 if u == 4 else 0.0, confirm=confirm)
     evaluator.cut_updates = {4}
     drive(schedule, range(1, 10))
     assert not schedule.target_reached
@@ -96,7 +96,7 @@ def test_a_cut_evaluation_reaches_nothing_whatever_its_ended_games_scored(confir
 
 
 def test_weights_owed_after_the_run_skip_a_cut_evaluation_for_the_next_hit():
-    schedule, evaluator, recorded = make(lambda u: 20.0 if u >= 4 else 0.0)
+    schedule, evaluator, _ = make(lambda u: 20.0 if u >= 4 else 0.0)
     evaluator.cut_updates = {4}
     left = schedule.play_in_order([snap(2), snap(4), snap(6)], [evaluator], threading.Event())
     assert left == [] and evaluator.started == [2, 4, 6] and schedule.target_reached
