@@ -231,6 +231,25 @@ def test_bench_eval_measures_the_evaluator_from_a_trained_run(tmp_path):
     assert res.returncode == 2 and "ddrl: error: --from" in res.stderr, res.stderr
 
 
+def test_bench_paused_eval_times_each_layout_on_a_runs_best_weights(tmp_path):
+    trained = tmp_path / "trained"
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", trained, "--set", "run.max_frames=2000",
+               "--set", "eval.target=none", "--set", "eval.every=10", timeout=180)
+    assert res.returncode == 0, res.stderr
+    res = ddrl("bench", "paused-eval", trained, "--episodes", "4", "--sims", "0", "2",
+               "--rounds", "1", "--cores", "2", timeout=180)
+    assert res.returncode == 0, res.stderr
+    # CartPole's simulators step in one batch, halves or not: 4 (the evaluator's own) and 2.
+    rows = re.findall(r"^\s+4\s+(\d+)\s+(\d+)\s+\d+\.\d\d\s+-?\d+\.\d\d\s+[\d,]+$",
+                      res.stdout, re.M)
+    assert rows == [("4", "4"), ("4", "4"), ("2", "2"), ("2", "2")], res.stdout
+    assert re.search(r"^4 games, median seconds \(ratio to 4 simulators in one batch\): 4 sims "
+                     r"one batch [\d.]+ \(1\.00\), 4 sims halves", res.stdout, re.M), res.stdout
+    res = ddrl("bench", "paused-eval", tmp_path / "none", timeout=60)
+    assert res.returncode == 2 and "ddrl: error: " in res.stderr and "best.npz" in res.stderr, \
+        res.stderr
+
+
 def test_bench_policies_plays_random_and_each_held_action_under_the_eval_protocol():
     res = ddrl("bench", "policies", JOBS / "pong-ppo.toml", "--episodes", "1", timeout=120)
     assert res.returncode == 0, res.stderr
@@ -341,7 +360,7 @@ def test_a_frozen_evaluator_is_killed_and_replaced_and_the_run_ends(run_dir):
 
 def test_a_focused_crossing_is_confirmed_while_the_ranks_wait(tmp_path):
     """Focused from the first result on, a crossing of 100 is confirmed by 20 games in all,
-    played while the ranks wait (four simulators a core): the run stops at the confirmed
+    played while the ranks wait (its 15 more games at once): the run stops at the confirmed
     weights, whose row holds the 20 games."""
     out = tmp_path / "run"
     res = ddrl("train", JOBS / "cartpole.toml", "--out", out, "--set", "eval.every=50",

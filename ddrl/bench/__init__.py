@@ -24,6 +24,8 @@ KINDS = {
                               "synchronized, both, at W samplers"),
     "eval": ("ddrl.bench.evalcost", "the background evaluation's cost: frames/s with it off and "
                                     "on, alternating"),
+    "paused-eval": ("ddrl.bench.pausedeval", "seconds per evaluation while the ranks wait: the "
+                                             "simulators' layouts side by side, a run's weights"),
     "target": ("ddrl.bench.target", "time to score: a job run to its target for several seeds, "
                                     "frames and minutes to it per seed and median"),
     "replay": ("ddrl.bench.replay", "prioritized against uniform replay: time per minibatch, "

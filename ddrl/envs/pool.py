@@ -77,6 +77,7 @@ class SimPool:
         self._rng = rng
         self._returns = np.zeros(self.num_envs, np.float64)
         self._lengths = np.zeros(self.num_envs, np.int64)
+        self._started = np.zeros(self.num_envs, bool)
         self._pending: RawStep | None = backend.reset(seed)
         if decorrelate:
             self._decorrelate(decorrelate)
@@ -95,12 +96,15 @@ class SimPool:
             self.send(actions)
 
     def recv(self) -> Step:
-        raw, stepped = (self.backend.recv(), True) if self._pending is None else (self._pending, False)
+        raw = self.backend.recv() if self._pending is None else self._pending
         self._pending = None
         ids = raw.env_ids
-        if stepped:
-            self._returns[ids] += raw.reward
-            self._lengths[ids] += 1
+        # A simulator's first observation is its reset's, no step: an asynchronous pool's
+        # reset returns one batch, the others' come with the next receives.
+        stepped = self._started[ids]
+        self._started[ids] = True
+        self._returns[ids[stepped]] += raw.reward[stepped]
+        self._lengths[ids[stepped]] += 1
         episodes = []
         for i in np.flatnonzero(raw.new_game):
             env = int(ids[i])

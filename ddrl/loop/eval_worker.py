@@ -68,7 +68,7 @@ def main(fd_in: int, fd_out: int, cpus: set[int]) -> int:
     # One core's worth: a batch of at most 16 observations gains little from more threads.
     configure_tensorflow(1, deterministic)
     from ddrl.learner import Learner
-    from ddrl.loop.evaluator import CONFIRM_SIMS_PER_CORE, evaluate, out_of_reach
+    from ddrl.loop.evaluator import evaluate, out_of_reach
 
     learner = Learner(cfg, *spec)
     # Start-up (TensorFlow's import, the model's build) happens once a run, as the ranks' own
@@ -80,9 +80,8 @@ def main(fd_in: int, fd_out: int, cpus: set[int]) -> int:
         started = cpu_seconds()
         try:
             learner.set_weights(weights)
-            # A confirmation (a prior) plays long games of weights at the target.
             res = evaluate(cfg, learner, episodes, seed, gone, out_of_reach(cfg, episodes, prior),
-                           cores, 2 if prior is None else CONFIRM_SIMS_PER_CORE)
+                           cores)
         except Exception:
             outbox.send(("error", update, traceback.format_exc()))
             return 1

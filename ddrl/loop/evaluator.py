@@ -64,19 +64,21 @@ def play_games(cfg: Config, episodes: int, seed: int,
                scores: Callable[[Step], np.ndarray],
                stop: threading.Event | None = None,
                give_up: Callable[[list[float], float], bool] | None = None,
-               cores: int = 0, per_core: int = 2) -> Played | None:
+               cores: int = 0, sims: int = 0, halves: bool = True) -> Played | None:
     """Play `episodes` whole games under the evaluation protocol, `scores(step)` rating each
     simulator's actions (logits or Q-values; `eval_actions` picks from them); each simulator
     plays its share so long games count too. None when `stop` is set before they are all
     played. `give_up(returns of the games ended, points lost so far in the counted games
     still going)` is asked as a game ends or a point is lost; when it says so, the games stop:
-    those ended count, or where none has, those going as `whole_games`. `cores`, `per_core`:
-    see `eval_simulators`."""
-    quota = np.array([len(part) for part in np.array_split(
-        np.arange(episodes), eval_simulators(episodes, cores, per_core))])
+    those ended count, or where none has, those going as `whole_games`. `cores`: see
+    `eval_simulators` (`sims` of them instead, if set); `halves`: see `pipelined_batch`."""
+    sims = sims or eval_simulators(episodes, cores)
+    quota = np.array([len(part) for part in np.array_split(np.arange(episodes), sims)])
+    batch = 0
     if cores:
         cfg = replace(cfg, env=replace(cfg.env, env_threads=cores))
-    pool = make_pool(cfg, len(quota), seed, train=False)
+        batch = pipelined_batch(cfg, sims) if halves else 0
+    pool = make_pool(cfg, sims, seed, train=False, batch_size=batch)
     rng = np.random.default_rng(seed)
     played = Played([], np.zeros(pool.n_actions, np.int64))
     # Each simulator's counted game so far: agent steps, points won and lost.
@@ -123,17 +125,29 @@ def whole_games(won: np.ndarray, lost: np.ndarray, steps: np.ndarray, going: np.
     return list(zip(((won[going] - lost[going]) * scale).tolist(), steps[going].tolist()))
 
 
-# Simulators a core for the games of a crossing's confirmation, while the ranks wait: weights
-# at the target play long games that are rarely cut, and four a core played 40 Pong games in
-# 24 s against 33 s with two (interleaved, 2 AMD EPYC Zen 5 cores), batching more inference.
-CONFIRM_SIMS_PER_CORE = 4
+# While the ranks wait, an evaluation plays its games in as few rounds as hold at most this
+# many simulators each, spread evenly: the run waits for its longest simulator, and the ten
+# games of a Pong evaluation near the target on 4 simulators took three rounds (3, 3, 2, 2).
+PAUSED_SIMS = 20
 
 
-def eval_simulators(episodes: int, cores: int = 0, per_core: int = 2) -> int:
+def eval_simulators(episodes: int, cores: int = 0) -> int:
     """Simulators that play `episodes` games side by side: in the background, many (one
-    batched inference for all); with `cores` of its own while the ranks wait, `per_core` a
-    core, stepped by a thread a core."""
-    return min(episodes, per_core * cores if cores else MAX_EVAL_SIMS)
+    batched inference for all); with `cores` of its own while the ranks wait, all of them in
+    the fewest even rounds of at most PAUSED_SIMS, stepped by a thread a core."""
+    if not cores:
+        return min(episodes, MAX_EVAL_SIMS)
+    rounds = -(-episodes // PAUSED_SIMS)
+    return -(-episodes // rounds)
+
+
+def pipelined_batch(cfg: Config, sims: int) -> int:
+    """Simulators per inference batch while the ranks wait: half of them, one half stepped
+    by the emulator's threads while the network (one thread) acts on the other, where one
+    batch for all leaves a core idle at every inference (0: one batch). Only for greedy
+    play, whose games do not depend on the order the halves come back in, and Atari's
+    simulators (the classic ones step in one batch)."""
+    return sims // 2 if cfg.is_atari and cfg.eval.epsilon == 0 and sims >= 2 else 0
 
 
 def out_of_reach(cfg: Config, episodes: int, prior: EvalResult | None = None
@@ -157,13 +171,13 @@ def out_of_reach(cfg: Config, episodes: int, prior: EvalResult | None = None
 def evaluate(cfg: Config, learner, episodes: int, seed: int,
              stop: threading.Event | None = None,
              give_up: Callable[[list[float], float], bool] | None = None,
-             cores: int = 0, per_core: int = 2) -> EvalResult | None:
+             cores: int = 0, sims: int = 0, halves: bool = True) -> EvalResult | None:
     """The learner's policy over `episodes` whole games (fewer when `give_up` says so, see
-    `play_games`, and for `cores` and `per_core`); None when `stop` is set first."""
-    state = RecurrentState(eval_simulators(episodes, cores, per_core), learner.recurrent)
-    played = play_games(cfg, episodes, seed,
-                        lambda step: state.step(learner.predict, step.obs, step.done)[0], stop,
-                        give_up, cores, per_core)
+    `play_games`, and for `cores`, `sims`, `halves`); None when `stop` is set first."""
+    state = RecurrentState(sims or eval_simulators(episodes, cores), learner.recurrent)
+    played = play_games(cfg, episodes, seed, lambda step: state.step(
+        learner.predict, step.obs, step.done, step.env_ids)[0], stop, give_up, cores, sims,
+        halves)
     if played is None:
         return None
     r = np.array([ret for ret, _ in played.games])

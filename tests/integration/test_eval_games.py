@@ -39,34 +39,45 @@ def test_an_evaluation_stops_once_the_target_is_out_of_reach_and_plays_on_while_
         assert len(played.games) >= 5
 
 
-def test_an_evaluation_with_cores_of_its_own_plays_on_two_simulators_a_core():
-    """While the ranks wait, an evaluation plays on 2 simulators per core: every game still
-    counted, and a hopeless one cut after fewer steps than on the background's many."""
-    from ddrl.loop.evaluator import out_of_reach
+def test_an_evaluation_with_cores_of_its_own_plays_its_games_in_the_fewest_even_rounds():
+    """While the ranks wait, an evaluation plays all its games at once up to PAUSED_SIMS
+    simulators, more in even rounds (40 games: 2 rounds of 20), every game counted; in the
+    background, on at most MAX_EVAL_SIMS."""
+    from ddrl.loop.evaluator import PAUSED_SIMS
 
-    cfg = load_config(JOBS / "cartpole.toml", ["eval.epsilon=0", "eval.target=400",
-                                               "eval.max_return=500"])
-    steps = {}
+    cfg = load_config(JOBS / "cartpole.toml", ["eval.epsilon=0"])
     seen: list[int] = []
 
     def push_right(step):
         seen.append(len(step.obs))
         return np.tile([0.0, 1.0], (len(step.obs), 1))
-    for cores in (0, 2):
+    for episodes, cores, sims in ((10, 2, 10), (2 * PAUSED_SIMS, 2, PAUSED_SIMS),
+                                  (2 * PAUSED_SIMS, 0, MAX_EVAL_SIMS)):
         seen.clear()
-        played = play_games(cfg, 10, seed=7, scores=push_right, cores=cores)
-        assert len(played.games) == 10 and max(seen) == (10 if cores == 0 else 4)
-        seen.clear()
-        play_games(cfg, 10, seed=7, scores=push_right, give_up=out_of_reach(cfg, 10),
-                   cores=cores)
-        steps[cores] = sum(seen)
-    assert steps[2] < steps[0], steps
+        played = play_games(cfg, episodes, seed=7, scores=push_right, cores=cores)
+        assert len(played.games) == episodes and max(seen) == sims, (episodes, cores, seen)
+
+
+def test_a_paused_pong_evaluation_plays_the_same_games_in_two_halves_as_in_one_batch():
+    """Pipelined (one half of the simulators steps while the network acts on the other), the
+    halves come back in whatever order the emulator's threads finish: a greedy policy's games,
+    returns and lengths, are those of one batch for all. A policy of the screen, so that a
+    step out of order would change them."""
+    cfg = load_config(JOBS / "pong-ppo.toml", ["eval.epsilon=0"])
+    weights = np.random.default_rng(0).standard_normal((int(np.prod((64, 64, 4))), 6))
+
+    def screen_policy(step):
+        return step.obs.reshape(len(step.obs), -1).astype(np.float64) @ weights
+    games = {halves: sorted(play_games(cfg, 4, seed=7, scores=screen_policy, cores=2,
+                                       halves=halves).games) for halves in (False, True)}
+    assert games[True] == games[False] and len(games[True]) == 4, games
 
 
 def test_a_pong_evaluation_out_of_reach_stops_on_the_points_lost_before_any_game_ends():
     """A policy that never moves loses every point. Target 18 over 10 games at most 21 each:
-    out of reach once the 4 games going have lost 31 points in all, long before one of them
-    has lost the 21 that end it. The cut reports those games as played to their end: -21."""
+    out of reach once the 10 games going (all at once: the ranks wait) have lost 31 points in
+    all, long before one of them has lost the 21 that end it. The cut reports those games as
+    played to their end: -21."""
     from ddrl.loop.evaluator import evaluate, out_of_reach
 
     class Idle:
@@ -78,5 +89,6 @@ def test_a_pong_evaluation_out_of_reach_stops_on_the_points_lost_before_any_game
 
     cfg = load_config(JOBS / "pong-ppo.toml", ["eval.max_return=21"])
     res = evaluate(cfg, Idle, 10, seed=7, give_up=out_of_reach(cfg, 10), cores=2)
-    assert res.cut and res.episodes == 4, res
+    # A game lost 21-0 lasts about 760 agent steps.
+    assert res.cut and res.episodes == 10 and res.actions.sum() < 10 * 760 / 3, res
     assert res.mean == res.max == -21, res

@@ -1,0 +1,79 @@
+"""`ddrl bench paused-eval RUN_DIR [--episodes 10 40] [--sims 0 4] [--cores C] [--rounds R]`:
+seconds per evaluation while the ranks wait (eval.focus_above, a crossing's confirmation), the
+simulators' layouts side by side on a run's best weights: each number of simulators (0: the
+evaluator's own choice, `eval_simulators`) in one inference batch and in two pipelined halves,
+interleaved round after round so that drifting load weighs on all. Every game is played to its
+end: weights near the target, whose games are rarely cut, are what the wait is made of."""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ddrl.commands.args import positive_int
+from ddrl.errors import DdrlError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", type=Path, help="a run directory with checkpoints/best.npz")
+    p.add_argument("--episodes", type=positive_int, nargs="+", default=[10, 40],
+                   help="games per evaluation (default: 10, a focused one, and 40, a "
+                        "confirmation's rest)")
+    p.add_argument("--sims", type=int, nargs="+", default=[0],
+                   help="simulators to play them on (0: the evaluator's own; default 0)")
+    p.add_argument("--cores", type=positive_int, default=len(os.sched_getaffinity(0)),
+                   help="the cores the evaluation has (default: this process's)")
+    p.add_argument("--rounds", type=positive_int, default=2, help="rounds of all (default 2)")
+    p.add_argument("--seed", type=int, default=1000)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ddrl.commands.info import cpu_summary
+    from ddrl.config import load_config
+    from ddrl.envs import check_env_id, env_spec
+    from ddrl.rundir import checkpoint
+
+    best = args.run_dir / "checkpoints" / checkpoint.BEST
+    if not best.is_file():
+        raise DdrlError(f"{args.run_dir}: no checkpoints/{checkpoint.BEST} (a run that has "
+                        f"evaluated)")
+    if any(s < 0 for s in args.sims):
+        raise DdrlError("--sims must be >= 0")
+    cfg = load_config(args.run_dir / "config.toml", check_env=check_env_id)
+    ckpt = checkpoint.load(best)
+    from ddrl.cpus import configure_tensorflow
+
+    # As the evaluator process: one TensorFlow thread, the emulator's threads a core each.
+    configure_tensorflow(1, False)
+    from ddrl.learner import Learner
+    from ddrl.loop.evaluator import eval_simulators, evaluate, pipelined_batch
+
+    learner = Learner(cfg, *env_spec(cfg))
+    learner.set_weights(ckpt.weights)
+    print(f"ddrl bench paused-eval {args.run_dir}: best weights at {ckpt.frames:,} frames, "
+          f"{args.cores} core(s), {cpu_summary()}", flush=True)
+    print(f"{'games':>6s}{'sims':>6s}{'batch':>7s}{'seconds':>9s}{'mean':>8s}"
+          f"{'agent steps':>13s}", flush=True)
+    layouts = [(n, s or eval_simulators(n, args.cores), halves)
+               for n in args.episodes for s in args.sims for halves in (False, True)]
+    seconds: dict[tuple, list[float]] = {layout: [] for layout in layouts}
+    for r in range(args.rounds):
+        for n, sims, halves in layouts:
+            started = time.monotonic()
+            res = evaluate(cfg, learner, n, args.seed + r, cores=args.cores, sims=sims,
+                           halves=halves)
+            seconds[n, sims, halves].append(time.monotonic() - started)
+            batch = (pipelined_batch(cfg, sims) if halves else 0) or sims
+            print(f"{n:6d}{sims:6d}{batch:7d}{seconds[n, sims, halves][-1]:9.2f}"
+                  f"{res.mean:8.2f}{int(res.actions.sum()):13,d}", flush=True)
+    for n in args.episodes:
+        first = (n, *layouts[[lay[0] for lay in layouts].index(n)][1:])
+        base = float(np.median(seconds[first]))
+        print(f"{n} games, median seconds (ratio to {first[1]} simulators in one batch): " +
+              ", ".join(f"{s} sims {'halves' if h else 'one batch'} {np.median(v):.2f} "
+                        f"({np.median(v) / base:.2f})"
+                        for (m, s, h), v in seconds.items() if m == n))
+    return 0
