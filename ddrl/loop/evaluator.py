@@ -126,8 +126,9 @@ def whole_games(won: np.ndarray, lost: np.ndarray, steps: np.ndarray, going: np.
 
 
 # While the ranks wait, an evaluation plays its games in as few rounds as hold at most this
-# many simulators each, spread evenly: the run waits for its longest simulator, and the ten
-# games of a Pong evaluation near the target on 4 simulators took three rounds (3, 3, 2, 2).
+# many simulators each, spread evenly: the run waits for its longest simulator. 10 Pong games
+# on 4 simulators (3, 3, 2 and 2 games each) took 1.7x the time of 10 on 10 in two halves
+# (`ddrl bench paused-eval`, 2 AMD EPYC Zen 4 cores, docs/performance.md).
 PAUSED_SIMS = 20
 
 
