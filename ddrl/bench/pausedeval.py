@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{n:6d}{sims:6d}{batch:7d}{seconds[n, sims, halves][-1]:9.2f}"
                   f"{res.mean:8.2f}{int(res.actions.sum()):13,d}", flush=True)
     for n in args.episodes:
-        first = (n, *layouts[[lay[0] for lay in layouts].index(n)][1:])
+        first = next(layout for layout in layouts if layout[0] == n)
         base = float(np.median(seconds[first]))
         print(f"{n} games, median seconds (ratio to {first[1]} simulators in one batch): " +
               ", ".join(f"{s} sims {'halves' if h else 'one batch'} {np.median(v):.2f} "

@@ -175,7 +175,8 @@ def evaluate(cfg: Config, learner, episodes: int, seed: int,
              cores: int = 0, sims: int = 0, halves: bool = True) -> EvalResult | None:
     """The learner's policy over `episodes` whole games (fewer when `give_up` says so, see
     `play_games`, and for `cores`, `sims`, `halves`); None when `stop` is set first."""
-    state = RecurrentState(sims or eval_simulators(episodes, cores), learner.recurrent)
+    sims = sims or eval_simulators(episodes, cores)
+    state = RecurrentState(sims, learner.recurrent)
     played = play_games(cfg, episodes, seed, lambda step: state.step(
         learner.predict, step.obs, step.done, step.env_ids)[0], stop, give_up, cores, sims,
         halves)
