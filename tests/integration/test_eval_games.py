@@ -64,7 +64,7 @@ def test_a_paused_pong_evaluation_plays_the_same_games_in_two_halves_as_in_one_b
     returns and lengths, are those of one batch for all. A policy of the screen, so that a
     step out of order would change them."""
     cfg = load_config(JOBS / "pong-ppo.toml", ["eval.epsilon=0"])
-    weights = np.random.default_rng(0).standard_normal((int(np.prod((64, 64, 4))), 6))
+    weights = np.random.default_rng(0).standard_normal((64 * 64 * 4, 6))
 
     def screen_policy(step):
         return step.obs.reshape(len(step.obs), -1).astype(np.float64) @ weights
