@@ -58,7 +58,8 @@ ONLINE_GAMES = 100
 
 
 def last_games_mean(episodes: pd.DataFrame, n: int) -> float:
-    """Mean return of the last `n` games to end (all ranks), NaN for a run without any."""
+    """Mean return of the last `n` games in the log to end (an all-reduce job logs rank 0's),
+    NaN for a run without any."""
     if not len(episodes):
         return math.nan
     return float(episodes.sort_values("frames", kind="stable")["return"].iloc[-n:].mean())
