@@ -79,7 +79,9 @@ def report(job: str, run_dirs: list[Path], target: float, cpu: str) -> str:
                to_online_target(run, target)[1], rate)
         found.append(row)
         reached = f"{hit['mean_return']:+.1f}" if hit is not None else "no"
-        lines.append(f"{seed:6d}{reached:>10s}{_figures(row)}{len(run['eval']):13d}")
+        # The cut evaluations too: load_run keeps them apart, as no scores.
+        played = len(run["eval"]) + len(run["eval_cut"])
+        lines.append(f"{seed:6d}{reached:>10s}{_figures(row)}{played:13d}")
     # A seed that never reached the target counts as infinitely slow, not as missing.
     med = [statistics.median(math.inf if math.isnan(v) else v for v in col)
            for col in zip(*found)]
