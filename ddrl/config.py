@@ -391,6 +391,16 @@ class EvalConfig:
             "beyond it waits until the share allows it, then plays the newest weights (confirmations not "
             "counted). A rehearsal (`sync.virtual_ranks` > 1), whose minutes are not the job's, waits "
             "for every due one")
+    # A focused evaluation holds the ranks at most this long (a confirmation: this per
+    # eval.episodes games), then goes on in the background: one that held a Pong job's ranks
+    # 85 s (a few of its games far longer than the rest) left the pause share no room for
+    # another evaluation in the rest of the run. 20 s: the Pong recipe's evaluations at the
+    # target take 7-12 s on 2 cores (its confirmations 24-32 s), and a wait that long keeps
+    # the next one back at most 20 s / eval.pause_share (6.7 minutes at 0.05).
+    pause_limit: float = setting(20.0, bounds=(0.0, None, False),
+        doc="seconds the ranks wait for one focused evaluation at most (a confirmation: this per "
+            "`eval.episodes` games, and never past half of `sync.timeout`); then it goes on in the "
+            "background and the ranks train on, charged to `eval.pause_share` for the wait only")
     # After a confirmed crossing (or a budget's end without one), play the weights the
     # evaluator had no time for, to find the earliest at the target: an earlier time to target,
     # known later. Off: the run stops once it knows, and keeps no skipped weights.

@@ -337,6 +337,29 @@ def test_focused_evaluations_play_every_due_update_while_the_ranks_wait(tmp_path
         updates
 
 
+def test_a_focused_evaluation_past_its_hold_limit_plays_on_while_the_ranks_train(tmp_path):
+    """Focused evaluations of 200 CartPole games hold the ranks longer than eval.pause_limit
+    (0.2 s here): past it each plays on in the background and the ranks train on, so updates
+    are logged while it plays (the ranks once waited for its end, up to half of
+    sync.timeout)."""
+    out = tmp_path / "run"
+    res = ddrl("train", JOBS / "cartpole.toml", "--out", out, "--set", "eval.every=50",
+               "--set", "eval.episodes=200", "--set", "eval.target=501",
+               "--set", "eval.focus_above=0", "--set", "eval.pause_share=1",
+               "--set", "eval.pause_limit=0.2", "--set", "eval.backfill=false",
+               "--set", "run.max_frames=100000", timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "the ranks wait for each evaluation from now on" in res.stdout, res.stdout
+    released = {int(u) for u in re.findall(
+        r"warning: the evaluation of update (\d+) held the ranks \d+ s \(eval.pause_limit 0.2 s "
+        r"for 200 games\): it plays on in the background, the ranks train on", res.stderr)}
+    assert released, res.stderr
+    train = table(out, "train")["wall_time"]
+    during = [int(((train > e["wall_time"] + 0.2) & (train < e["wall_time"] + e["seconds"])).sum())
+              for e in table(out, "eval") if e["update"] in released]
+    assert during and max(during) >= 3, during
+
+
 def test_a_frozen_evaluator_is_killed_and_replaced_and_the_run_ends(run_dir):
     """An evaluator that takes no CPU time (SIGSTOP here; a read hung on a shared filesystem)
     would hold rank 0 at the end of the run for ever, waiting for its evaluation: after

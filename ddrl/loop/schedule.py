@@ -8,12 +8,16 @@ Invariants (tests/unit/test_eval_schedule.py):
   between them scored (a noisy score below the target says nothing certain of earlier
   weights); after a hit, those before the hit (no evaluation starts after one);
 - together at most SKIPPED_BYTES of weights, the oldest dropped first;
-- a crossing counts once the same weights have played eval.confirm_episodes games in all.
+- a crossing counts once the same weights have played eval.confirm_episodes games in all;
+- the ranks wait for one evaluation at most its hold limit (eval.pause_limit), then it plays on
+  in the background; the pause share is charged the waits, not the evaluations' lengths.
 """
 from __future__ import annotations
 
+import statistics
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -22,6 +26,10 @@ from ddrl.loop.evaluator import EvalDone, EvalResult, Snapshot
 from ddrl.output import say
 
 SKIPPED_BYTES = 256 << 20
+# The next focused evaluation is expected to hold the ranks the median of this many last waits:
+# one long wait (a released evaluation) would otherwise keep the next from starting for
+# that wait / eval.pause_share.
+RECENT_WAITS = 5
 
 
 class Evaluator(Protocol):
@@ -62,7 +70,7 @@ class EvalSchedule:
     def __init__(self, cfg: EvalConfig, evaluator: Evaluator | None,
                  record: Callable[[EvalDone, bool], None], clock: Callable[[], float],
                  mark: int = 0, kept: list[Snapshot] | None = None, best: float | None = None,
-                 can_pause: bool = False):
+                 can_pause: bool = False, hold_most: float = float("inf")):
         self.cfg, self.evaluator, self._record, self._clock = cfg, evaluator, record, clock
         self.mark = mark  # the update of the last evaluation started
         # Whether the ranks can wait for an evaluation (synchronous placements), and whether
@@ -71,9 +79,12 @@ class EvalSchedule:
         # `best`: a resumed run's best evaluation so far; one that had focused stays so.
         self.focused = can_pause and None not in (best, cfg.focus_above) \
             and best >= cfg.focus_above
-        # Seconds the ranks waited for focused evaluations, the last one's: the next waits
-        # about as long (eval.pause_share bounds their sum).
-        self.waited, self._last_wait = 0.0, 0.0
+        # Seconds the ranks waited for focused evaluations (eval.pause_share bounds their sum),
+        # the last ones' (the next waits about their median).
+        self.waited, self._waits = 0.0, deque(maxlen=RECENT_WAITS)
+        # No hold past it, whatever eval.pause_limit says: the other ranks' barrier gives up at
+        # sync.timeout. Since when the ranks have held for the evaluation playing.
+        self._hold_most, self._held_since = hold_most, 0.0
         # A run resumed after its hit (a stop cut the owed evaluations short) trains no further
         # and plays the weights it still owes.
         reached = None not in (best, cfg.target) and best >= cfg.target
@@ -95,12 +106,12 @@ class EvalSchedule:
         if ev is None or not self.cfg.episodes or self.target_reached \
                 or update // every <= self.mark // every:
             return
-        pause = self.focused and self.waited + self._last_wait \
-            <= self.cfg.pause_share * self._clock()
+        expected = statistics.median(self._waits) if self._waits else 0.0
+        pause = self.focused and self.waited + expected <= self.cfg.pause_share * self._clock()
         if not ev.busy and (pause or not self.focused and ev.within_budget()):
             snap = snapshot()
             snap.paused = pause
-            ev.start(snap)
+            self._start(snap)
             self.gap, self.skipped = [*self.gap, *self.skipped], []
             self.mark = update
             return
@@ -112,6 +123,35 @@ class EvalSchedule:
                 1, SKIPPED_BYTES // self.skipped[-1].weights.nbytes)
             if over > 0:
                 self._drop(over)
+
+    def _start(self, snap: Snapshot) -> None:
+        self.evaluator.start(snap)
+        if snap.paused:
+            self._held_since = self._clock()
+
+    def _release(self) -> None:
+        """A paused evaluation past its hold limit plays on in the background and the ranks
+        train on: charged the wait, not its length (a confirmation, not at all)."""
+        snap = self.evaluator.playing
+        if snap is None or not snap.paused:
+            return
+        games = snap.episodes or self.cfg.episodes
+        limit = min(self.cfg.pause_limit * max(1.0, games / max(self.cfg.episodes, 1)),
+                    self._hold_most)
+        held = self._clock() - self._held_since
+        if held <= limit:
+            return
+        snap.paused = False
+        if snap.prior is None:
+            self._waited(held)
+        say(f"[ddrl] warning: the evaluation of update {snap.update} held the ranks "
+            f"{held:.0f} s (eval.pause_limit {self.cfg.pause_limit:g} s for "
+            f"{self.cfg.episodes} games): it plays on in the background, the ranks train on",
+            err=True)
+
+    def _waited(self, seconds: float) -> None:
+        self.waited += seconds
+        self._waits.append(seconds)
 
     def _drop(self, count: int) -> None:
         """The oldest kept weights, with a warning the first time: an owed evaluation among
@@ -149,6 +189,7 @@ class EvalSchedule:
         """A finished evaluation recorded; one that crossed the target goes on at once with its
         confirmation (waited for too, with `wait`)."""
         while self.evaluator is not None:
+            self._release()
             done = self.evaluator.poll(wait=wait, stop=stop)
             if done is None:
                 return
@@ -156,7 +197,7 @@ class EvalSchedule:
             confirm = self._confirmation(done)
             if confirm is None:
                 return
-            self.evaluator.start(confirm)
+            self._start(confirm)
             if not wait:
                 return
 
@@ -175,8 +216,7 @@ class EvalSchedule:
         newest = done.update >= self.mark
         self._record(done, newest)
         if done.paused and done.result.episodes <= self.cfg.episodes:  # not a confirmation
-            self.waited += done.seconds
-            self._last_wait = done.seconds
+            self._waited(done.seconds)
         target, res = self.cfg.target, done.result
         focus = self.cfg.focus_above
         if newest and self._can_pause and focus is not None and res.mean >= focus \

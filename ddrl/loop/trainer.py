@@ -149,12 +149,10 @@ class Trainer:
 
     def _pause(self, stop: threading.Event) -> None:
         """Every rank waits, idle, while rank 0's evaluator plays what they wait for (a
-        confirmation, a focused evaluation: see EvalSchedule.pausing); a stop signal ends the
-        wait."""
+        confirmation, a focused evaluation: see EvalSchedule.pausing) or until the schedule
+        releases it past its hold limit; a stop signal ends the wait."""
         if self.world.is_root:
-            # At most half of sync.timeout: the evaluation goes on, the ranks then train on.
-            until = time.monotonic() + self.cfg.sync.timeout / 2
-            while self._schedule.pausing and not stop.is_set() and time.monotonic() < until:
+            while self._schedule.pausing and not stop.is_set():
                 self._schedule.poll(wait=False)
                 time.sleep(0.02)
         self.world.barrier(self.cfg.sync.timeout, "to end a pause")
@@ -226,7 +224,8 @@ class Trainer:
         return EvalSchedule(cfg, self.evaluator,
                             lambda done, newest: self._records.evaluation(done, newest,
                                                                           self._now()),
-                            self._now, c.update, kept, self._records.best, self.sync.lockstep)
+                            self._now, c.update, kept, self._records.best, self.sync.lockstep,
+                            hold_most=self.cfg.sync.timeout / 2)
 
     def _now(self) -> float:
         """The run's wall time, resumes included."""

@@ -183,3 +183,72 @@ def test_focused_waits_stay_within_pause_share_and_the_rest_wait_for_it():
     assert schedule.waited <= 0.1 * now[0] and len(waited) == 10, (schedule.waited, waited)
     # The first (before it focused) in the background, then each as soon as the share allows.
     assert evaluator.started == [2, 4, 12, 18, 24, 30, 36, 42, 48, 54, 60]
+
+
+@pytest.mark.parametrize("limit, hold_most", [(30.0, float("inf")), (30.0, 12.0)])
+def test_a_focused_evaluation_past_its_hold_limit_plays_on_in_the_background(
+        capsys, limit, hold_most):
+    """An evaluation that holds the ranks past eval.pause_limit (or the trainer's own bound,
+    half of sync.timeout) goes on in the background: the ranks no longer wait, and the pause
+    share is charged the wait only."""
+    now = [0.0]
+    evaluator = FakeEvaluator(lambda u: 0.0, polls=10 ** 6)
+    schedule = EvalSchedule(EvalConfig(every=1, episodes=10, target=18.0, focus_above=-21.0,
+                                       pause_limit=limit),
+                            evaluator, lambda done, newest: None, clock=lambda: now[0],
+                            best=-21.0, can_pause=True, hold_most=hold_most)
+    schedule.due(1, lambda: snap(1))
+    bound = min(limit, hold_most)
+    now[0] = bound - 1
+    schedule.poll(wait=False)
+    assert schedule.pausing
+    now[0] = bound + 1
+    schedule.poll(wait=False)
+    assert not schedule.pausing and evaluator.busy
+    assert schedule.waited == bound + 1
+    assert f"the evaluation of update 1 held the ranks {bound + 1:.0f} s" in capsys.readouterr().err
+
+
+def test_a_confirmation_holds_the_ranks_longer_for_its_games_and_is_not_charged():
+    """A crossing's 40 further games may hold the ranks 4 x eval.pause_limit; released
+    after that, they still play, and the pause share is not charged for them."""
+    now, polls = [0.0], iter([1, 10 ** 6])
+    evaluator = FakeEvaluator(lambda u: 20.0, polls=lambda u: next(polls))
+    schedule = EvalSchedule(EvalConfig(every=1, episodes=10, target=18.0, focus_above=-21.0,
+                                       pause_limit=30.0, confirm_episodes=50),
+                            evaluator, lambda done, newest: None, clock=lambda: now[0],
+                            best=-21.0, can_pause=True)
+    schedule.due(1, lambda: snap(1))
+    schedule.poll(wait=False)  # the 10 games end at 20: the confirmation starts
+    assert evaluator.playing.prior is not None and schedule.pausing
+    now[0] = 119.0
+    schedule.poll(wait=False)
+    assert schedule.pausing
+    now[0] = 121.0
+    schedule.poll(wait=False)
+    assert not schedule.pausing and evaluator.busy and schedule.waited == 0.0
+
+
+def test_one_long_wait_does_not_keep_focused_evaluations_from_the_rest_of_the_run():
+    """Four waits of 3 s, then one of 30 (eval.pause_share 0.05): the next is expected to
+    wait the median of the recent waits, 3 s, so it starts once 42 + 3 s fit in 5% of the
+    run (at 900 s), not once 42 + 30 s do (1,440 s)."""
+    now = [0.0]
+    evaluator = FakeEvaluator(lambda u: 0.0)
+    schedule = EvalSchedule(EvalConfig(every=1, episodes=10, target=18.0, focus_above=-21.0,
+                                       pause_share=0.05, pause_limit=60.0),
+                            evaluator, lambda done, newest: None, clock=lambda: now[0],
+                            best=-21.0, can_pause=True)
+    for u, seconds in enumerate([3.0, 3.0, 3.0, 3.0, 30.0], start=1):
+        now[0] = 100.0 * u
+        evaluator.seconds = seconds
+        schedule.due(u, lambda u=u: snap(u))
+        assert schedule.pausing, u
+        schedule.poll(wait=False)
+    assert schedule.waited == 42.0
+    now[0] = 890.0
+    schedule.due(6, lambda: snap(6))
+    assert not schedule.pausing
+    now[0] = 900.0
+    schedule.due(7, lambda: snap(7))
+    assert schedule.pausing and evaluator.started[-1] == 7
