@@ -311,6 +311,15 @@ def test_owed_evaluations_play_side_by_side_on_the_cores_the_stopped_run_leaves(
     assert first_reaching(evals, 100.0)["update"] <= in_run_hit["update"]
 
 
+def focused_cartpole(out: Path, *sets: str, frames: int) -> subprocess.CompletedProcess:
+    """`ddrl train` on CartPole, an evaluation due every 50 updates, focused from the first
+    result on (CartPole scores 0 or more), no backfill; `sets`: more KEY=VALUE settings."""
+    return ddrl("train", JOBS / "cartpole.toml", "--out", out, "--set", "eval.every=50",
+                "--set", "eval.focus_above=0", "--set", "eval.backfill=false",
+                "--set", f"run.max_frames={frames}", *[a for s in sets for a in ("--set", s)],
+                timeout=300)
+
+
 @pytest.mark.parametrize("sets", [["eval.pause_share=1"],
                                   ["eval.pause_share=0.001", "sync.virtual_ranks=2",
                                    "acting.mode=a2c"]],
@@ -325,10 +334,7 @@ def test_focused_evaluations_play_every_due_update_while_the_ranks_wait(tmp_path
     at 500), and without backfill nothing is owed at the end. A rehearsal measures frames, not
     minutes: eval.pause_share does not bound it."""
     out = tmp_path / "run"
-    res = ddrl("train", JOBS / "cartpole.toml", "--out", out, "--set", "eval.every=50",
-               "--set", "eval.episodes=10", "--set", "eval.target=501",
-               "--set", "eval.focus_above=0", *[a for s in sets for a in ("--set", s)],
-               "--set", "eval.backfill=false", "--set", "run.max_frames=100000", timeout=300)
+    res = focused_cartpole(out, "eval.episodes=10", "eval.target=501", *sets, frames=100000)
     assert res.returncode == 0, res.stderr
     assert "the ranks wait for each evaluation from now on" in res.stdout, res.stdout
     assert "evaluating the weights" not in res.stdout, res.stdout
@@ -343,11 +349,8 @@ def test_a_focused_evaluation_past_its_hold_limit_plays_on_while_the_ranks_train
     are logged while it plays (the ranks once waited for its end, up to half of
     sync.timeout)."""
     out = tmp_path / "run"
-    res = ddrl("train", JOBS / "cartpole.toml", "--out", out, "--set", "eval.every=50",
-               "--set", "eval.episodes=200", "--set", "eval.target=501",
-               "--set", "eval.focus_above=0", "--set", "eval.pause_share=1",
-               "--set", "eval.pause_limit=0.2", "--set", "eval.backfill=false",
-               "--set", "run.max_frames=100000", timeout=300)
+    res = focused_cartpole(out, "eval.episodes=200", "eval.target=501", "eval.pause_share=1",
+                           "eval.pause_limit=0.2", frames=100000)
     assert res.returncode == 0, res.stderr
     assert "the ranks wait for each evaluation from now on" in res.stdout, res.stdout
     released = {int(u) for u in re.findall(
@@ -386,11 +389,8 @@ def test_a_focused_crossing_is_confirmed_while_the_ranks_wait(tmp_path):
     played while the ranks wait (its 15 more games at once): the run stops at the confirmed
     weights, whose row holds the 20 games."""
     out = tmp_path / "run"
-    res = ddrl("train", JOBS / "cartpole.toml", "--out", out, "--set", "eval.every=50",
-               "--set", "eval.episodes=5", "--set", "eval.confirm_episodes=20",
-               "--set", "eval.target=100", "--set", "eval.focus_above=0",
-               "--set", "eval.pause_share=1", "--set", "eval.backfill=false",
-               "--set", "run.max_frames=400000", timeout=300)
+    res = focused_cartpole(out, "eval.episodes=5", "eval.confirm_episodes=20", "eval.target=100",
+                           "eval.pause_share=1", frames=400000)
     assert res.returncode == 0, res.stderr
     found = re.search(r"target 100 reached: the weights of update (\d+) .* over 20 games",
                       res.stdout)
