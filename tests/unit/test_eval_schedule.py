@@ -185,6 +185,16 @@ def test_focused_waits_stay_within_pause_share_and_the_rest_wait_for_it():
     assert evaluator.started == [2, 4, 12, 18, 24, 30, 36, 42, 48, 54, 60]
 
 
+def focused(evaluator: FakeEvaluator, now: list[float], hold_most: float = float("inf"),
+            **settings) -> EvalSchedule:
+    """Focused from the start (a resumed run's best at eval.focus_above), an evaluation due
+    every update; `now[0]` is the run's clock."""
+    return EvalSchedule(EvalConfig(every=1, episodes=10, target=18.0, focus_above=-21.0,
+                                   **settings),
+                        evaluator, lambda done, newest: None, clock=lambda: now[0],
+                        best=-21.0, can_pause=True, hold_most=hold_most)
+
+
 @pytest.mark.parametrize("limit, hold_most", [(30.0, float("inf")), (30.0, 12.0)])
 def test_a_focused_evaluation_past_its_hold_limit_plays_on_in_the_background(
         capsys, limit, hold_most):
@@ -193,10 +203,7 @@ def test_a_focused_evaluation_past_its_hold_limit_plays_on_in_the_background(
     share is charged the wait only."""
     now = [0.0]
     evaluator = FakeEvaluator(lambda u: 0.0, polls=10 ** 6)
-    schedule = EvalSchedule(EvalConfig(every=1, episodes=10, target=18.0, focus_above=-21.0,
-                                       pause_limit=limit),
-                            evaluator, lambda done, newest: None, clock=lambda: now[0],
-                            best=-21.0, can_pause=True, hold_most=hold_most)
+    schedule = focused(evaluator, now, hold_most, pause_limit=limit)
     schedule.due(1, lambda: snap(1))
     bound = min(limit, hold_most)
     now[0] = bound - 1
@@ -214,10 +221,7 @@ def test_a_confirmation_holds_the_ranks_longer_for_its_games_and_is_not_charged(
     after that, they still play, and the pause share is not charged for them."""
     now, polls = [0.0], iter([1, 10 ** 6])
     evaluator = FakeEvaluator(lambda u: 20.0, polls=lambda u: next(polls))
-    schedule = EvalSchedule(EvalConfig(every=1, episodes=10, target=18.0, focus_above=-21.0,
-                                       pause_limit=30.0, confirm_episodes=50),
-                            evaluator, lambda done, newest: None, clock=lambda: now[0],
-                            best=-21.0, can_pause=True)
+    schedule = focused(evaluator, now, pause_limit=30.0, confirm_episodes=50)
     schedule.due(1, lambda: snap(1))
     schedule.poll(wait=False)  # the 10 games end at 20: the confirmation starts
     assert evaluator.playing.prior is not None and schedule.pausing
@@ -235,10 +239,7 @@ def test_one_long_wait_does_not_keep_focused_evaluations_from_the_rest_of_the_ru
     run (at 900 s), not once 42 + 30 s do (1,440 s)."""
     now = [0.0]
     evaluator = FakeEvaluator(lambda u: 0.0)
-    schedule = EvalSchedule(EvalConfig(every=1, episodes=10, target=18.0, focus_above=-21.0,
-                                       pause_share=0.05, pause_limit=60.0),
-                            evaluator, lambda done, newest: None, clock=lambda: now[0],
-                            best=-21.0, can_pause=True)
+    schedule = focused(evaluator, now, pause_share=0.05, pause_limit=60.0)
     for u, seconds in enumerate([3.0, 3.0, 3.0, 3.0, 30.0], start=1):
         now[0] = 100.0 * u
         evaluator.seconds = seconds
