@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 from collections.abc import Iterator
 
 # A full disk or quota, a read-only or vanished file system: the machine's fault, not ddrl's.
@@ -60,12 +61,13 @@ def storage_error(message: str, code: int | None) -> DdrlError:
 
 
 @contextlib.contextmanager
-def storage_errors() -> Iterator[None]:
-    """A failed write to storage as a one-line error naming the file; other OSErrors pass."""
+def storage_errors(path: str | os.PathLike | None = None) -> Iterator[None]:
+    """A failed write to storage as a one-line error naming the file (`path` where the
+    OSError does not: a write to an open file); other OSErrors pass."""
     try:
         yield
     except OSError as exc:
         if exc.errno not in _STORAGE_ERRNOS:
             raise
-        raise storage_error(f"{exc.filename or 'writing a file'}: {exc.strerror}",
+        raise storage_error(f"{exc.filename or path or 'writing a file'}: {exc.strerror}",
                             exc.errno) from None

@@ -390,12 +390,18 @@ class RunLog:
                     f"left behind ({self.path} is complete)", err=True)
 
     def _to_mirrors(self, op: str, *args) -> None:
-        """An optional mirror (TensorBoard, W&B) that fails is dropped with one warning: it
-        never ends training, and log.h5 keeps every row."""
+        """An optional mirror (TensorBoard, W&B) whose service fails is dropped with one
+        warning: it never ends training, and log.h5 keeps every row. One whose disk fails
+        (a DdrlError: TensorBoard's file beside the log) ends the run on that one line, as the
+        log's own write would a moment later: a full disk is one error, whichever write meets
+        it first."""
         for mirror in list(self.mirrors):
             try:
                 getattr(mirror, op)(*args)
             except Exception as exc:  # each mirror's library raises its own kinds
+                # At close (another thread) the log is complete: nothing left to end.
+                if isinstance(exc, DdrlError) and op != "close":
+                    raise HardExitError(str(exc), exc.exit_code) from None
                 self.mirrors.remove(mirror)
                 say(f"ddrl: warning: the {type(mirror).__name__} mirror failed ({exc}); "
                     f"dropped, the run goes on ({self.path} keeps every row)", err=True)

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import storage_errors
+
 # The tables worth charts and their columns that are figures, not bookkeeping; `None`: every
 # column but the bookkeeping ones.
 TABLES: dict[str, tuple[str, ...] | None] = {
@@ -63,8 +65,9 @@ def scalars(table: str, rows: Any, columns: list[str]) -> Iterator[tuple[str, in
 class EventWriter:
     """One TensorBoard event file in `directory`, a new one for each writer (TensorBoard reads
     a directory's files in name order, so a resumed run's comes after). Written in the
-    caller's thread, not TensorBoard's writer thread: a full disk is then an OSError here,
-    which the log turns into its one line, not a traceback from another thread."""
+    caller's thread, not TensorBoard's writer thread: a full disk is then the one-line error
+    naming this file, which ends the run as the log's own failed write does, not a traceback
+    from another thread."""
 
     _made = itertools.count()
 
@@ -77,7 +80,8 @@ class EventWriter:
         directory.mkdir(parents=True, exist_ok=True)
         name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
                 f"{os.getpid()}.{next(self._made):04d}")
-        self._file = open(directory / name, "ab")
+        self.path = directory / name
+        self._file = open(self.path, "ab")
         self._records = RecordWriter(self._file)
         # The format version makes TensorBoard honour restart() below.
         self._add(Event(wall_time=time.time(), file_version="brain.Event:2"))
@@ -85,7 +89,8 @@ class EventWriter:
         self.count = 0
 
     def _add(self, event) -> None:
-        self._records.write(event.SerializeToString())
+        with storage_errors(self.path):
+            self._records.write(event.SerializeToString())
 
     def restart(self, frames: int) -> None:
         """A resumed run: TensorBoard drops what the earlier events said from `frames` on (the
@@ -101,7 +106,8 @@ class EventWriter:
             self.count += 1
 
     def flush(self) -> None:
-        self._file.flush()
+        with storage_errors(self.path):
+            self._file.flush()
 
     def close(self) -> None:
         self._file.close()

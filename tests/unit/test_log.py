@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from ddrl.errors import DdrlError
+from ddrl.errors import DdrlError, HardExitError, storage_errors
 from ddrl.rundir import log as log_module
 from ddrl.rundir.log import RunLog, open_log, read_table, table_dtype
 
@@ -180,6 +180,33 @@ def test_a_failing_mirror_is_dropped_with_one_warning_and_the_log_goes_on(tmp_pa
     assert err.count("ddrl: warning: the BrokenMirror mirror failed (the service is gone)") == 1
     with h5py.File(tmp_path / "log.h5", "r") as f:
         assert len(f["episodes"]) == 5
+
+
+class FullDiskMirror:
+    """A mirror writing a file on a full disk (/dev/full), as TensorBoard's beside the log."""
+
+    def write(self, table, rows, columns):
+        with storage_errors("/dev/full"), open("/dev/full", "ab") as f:
+            f.write(b"event")
+
+    def flush(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_mirror_on_a_full_disk_ends_the_run_on_one_error_not_a_warning(tmp_path, capsys):
+    """Its disk is the log's: a warning, then the log's error a moment later, was two lines
+    for one fault, in whichever order the writes met the full disk."""
+    log = RunLog.create(tmp_path / "log.h5", {"config": "{}"})
+    log.mirrors.append(FullDiskMirror())
+    log.append("episodes", {"rank": 0, "frames": 1, "wall_time": 0.0, "return": 1.0,
+                            "length": 1})
+    with pytest.raises(HardExitError, match="/dev/full: No space left on device") as raised:
+        log.flush()
+    assert raised.value.exit_code == 2  # final, not a fault that may pass
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_a_mirror_that_hangs_at_close_does_not_hold_the_run(tmp_path, monkeypatch, capsys):
