@@ -239,12 +239,19 @@ def test_bench_paused_eval_times_each_layout_on_a_runs_best_weights(tmp_path):
     res = ddrl("bench", "paused-eval", trained, "--episodes", "4", "--sims", "0", "2",
                "--rounds", "1", "--cores", "2", timeout=180)
     assert res.returncode == 0, res.stderr
-    # CartPole's simulators step in one batch, halves or not: 4 (the evaluator's own) and 2.
-    rows = re.findall(r"^\s+4\s+(\d+)\s+(\d+)\s+\d+\.\d\d\s+-?\d+\.\d\d\s+[\d,]+$",
-                      res.stdout, re.M)
-    assert rows == [("4", "4"), ("4", "4"), ("2", "2"), ("2", "2")], res.stdout
-    assert re.search(r"^4 games, median seconds \(ratio to 4 simulators in one batch\): 4 sims "
-                     r"one batch [\d.]+ \(1\.00\), 4 sims halves", res.stdout, re.M), res.stdout
+    # CartPole's simulators step in one batch, halves or not: 4 (the evaluator's own) and 2,
+    # each on new simulators and on kept ones.
+    rows = re.findall(r"^\s+4\s+(\d+)\s+(\d+)\s+(new|kept)\s+\d+\.\d\d\s+(-?\d+\.\d\d)\s+"
+                      r"[\d,]+$", res.stdout, re.M)
+    assert [row[:3] for row in rows] == [(s, s, made) for s in "42" for _ in "ab"
+                                         for made in ("new", "kept")], res.stdout
+    # The same games on kept simulators as on new ones.
+    assert rows[0][3] == rows[1][3], res.stdout
+    assert re.search(r"^4 games, median seconds \(ratio to 4 simulators in one batch, new\): 4 "
+                     r"sims one batch new [\d.]+ \(1\.00\), 4 sims one batch kept", res.stdout,
+                     re.M), res.stdout
+    res = ddrl("bench", "paused-eval", trained, "--weights", "nothing.npz", timeout=60)
+    assert res.returncode == 2 and "ddrl: error: --weights nothing.npz" in res.stderr, res.stderr
     res = ddrl("bench", "paused-eval", tmp_path / "none", timeout=60)
     assert res.returncode == 2 and "ddrl: error: " in res.stderr and "best.npz" in res.stderr, \
         res.stderr

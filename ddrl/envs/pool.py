@@ -75,12 +75,27 @@ class SimPool:
         self.frames_per_step = backend.frames_per_step
         self._clip = clip_rewards
         self._rng = rng
+        self._start(seed)
+        if decorrelate:
+            self._decorrelate(decorrelate)
+
+    def _start(self, seed: int) -> None:
         self._returns = np.zeros(self.num_envs, np.float64)
         self._lengths = np.zeros(self.num_envs, np.int64)
         self._started = np.zeros(self.num_envs, bool)
-        self._pending: RawStep | None = backend.reset(seed)
-        if decorrelate:
-            self._decorrelate(decorrelate)
+        self._pending: RawStep | None = self.backend.reset(seed)
+        # Batches the backend has ready or stepping, beyond `_pending`: an asynchronous
+        # reset returns one batch and queues the rest.
+        self._in_flight = self.num_envs // self.batch_size - 1
+
+    def restart(self, seed: int) -> None:
+        """New games on the same simulators, as a pool made with `seed` would play them (no
+        decorrelation: evaluation's pools): making ALE's simulators costs far more than
+        resetting them. The steps still in flight are received first and dropped, so no
+        old game's step comes back after the reset."""
+        for _ in range(self._in_flight):
+            self.backend.recv()
+        self._start(seed)
 
     def _decorrelate(self, max_steps: int) -> None:
         """Random actions for a random count per simulator, no-ops for those already done.
@@ -96,8 +111,11 @@ class SimPool:
             self.send(actions)
 
     def recv(self) -> Step:
-        raw = self.backend.recv() if self._pending is None else self._pending
-        self._pending = None
+        if self._pending is None:
+            raw = self.backend.recv()
+            self._in_flight -= 1
+        else:
+            raw, self._pending = self._pending, None
         ids = raw.env_ids
         # A simulator's first observation is its reset's, no step: an asynchronous pool's
         # reset returns one batch, the others' come with the next receives.
@@ -119,6 +137,7 @@ class SimPool:
 
     def send(self, actions: np.ndarray) -> None:
         self.backend.send(np.asarray(actions, dtype=np.int32))
+        self._in_flight += 1
 
     def close(self) -> None:
         self.backend.close()

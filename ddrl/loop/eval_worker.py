@@ -16,6 +16,12 @@ import sys
 import threading
 import traceback
 from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported at run time only once TensorFlow is configured
+    from ddrl.config import Config
+    from ddrl.learner import Learner
+    from ddrl.loop.evaluator import Pools
 
 
 def cpu_seconds() -> float:
@@ -68,20 +74,32 @@ def main(fd_in: int, fd_out: int, cpus: set[int]) -> int:
     # One core's worth: a batch of at most 16 observations gains little from more threads.
     configure_tensorflow(1, deterministic)
     from ddrl.learner import Learner
-    from ddrl.loop.evaluator import evaluate, out_of_reach
+    from ddrl.loop.evaluator import Pools
 
     learner = Learner(cfg, *spec)
     # Start-up (TensorFlow's import, the model's build) happens once a run, as the ranks' own
     # does, at their priority: at niceness 19 on busy cores it would take minutes. The budget
     # counts the evaluations' CPU time, not it.
     lower_priority(nice)
+    pools = Pools()
+    try:
+        return serve(cfg, learner, pools, jobs, outbox, gone)
+    finally:
+        pools.close()
+
+
+def serve(cfg: Config, learner: Learner, pools: Pools, jobs: queue.Queue,
+          outbox: Connection, gone: threading.Event) -> int:
+    """The evaluations sent, played one after another until rank 0 is gone; the exit code."""
+    from ddrl.loop.evaluator import evaluate, out_of_reach
+
     while (job := jobs.get()) is not None:
         weights, update, episodes, seed, prior, cores = job
         started = cpu_seconds()
         try:
             learner.set_weights(weights)
             res = evaluate(cfg, learner, episodes, seed, gone, out_of_reach(cfg, episodes, prior),
-                           cores)
+                           cores, pools=pools)
         except Exception:
             outbox.send(("error", update, traceback.format_exc()))
             return 1
@@ -92,7 +110,6 @@ def main(fd_in: int, fd_out: int, cpus: set[int]) -> int:
         except (BrokenPipeError, OSError):
             return 0
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main(int(sys.argv[1]), int(sys.argv[2]),

@@ -16,7 +16,7 @@ import psutil
 
 from ddrl.acting.policy import RecurrentState
 from ddrl.config import Config
-from ddrl.envs import Step, make_pool
+from ddrl.envs import SimPool, Step, make_pool
 from ddrl.errors import DdrlError
 from ddrl.output import say
 from ddrl.seeding import derive_seed
@@ -60,25 +60,52 @@ def eval_actions(cfg: Config, logits: np.ndarray, n_actions: int,
     return actions
 
 
+class Pools:
+    """An evaluator's simulators, kept from one evaluation to the next and restarted with
+    each one's seed: making 10 of Pong's (ALE loads and resets each) took about a second of
+    the 2 s a hopeless focused evaluation held the ranks. One pool per layout (simulators,
+    batch, threads): a focused evaluation's, a confirmation's, a background one's."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[int, int, int], SimPool] = {}
+
+    def get(self, cfg: Config, sims: int, seed: int, batch: int) -> SimPool:
+        key = (sims, batch, cfg.env.env_threads)
+        pool = self._made.get(key)
+        if pool is None:
+            pool = self._made[key] = make_pool(cfg, sims, seed, train=False, batch_size=batch)
+        else:
+            pool.restart(seed)
+        return pool
+
+    def close(self) -> None:
+        for pool in self._made.values():
+            pool.close()
+        self._made.clear()
+
+
 def play_games(cfg: Config, episodes: int, seed: int,
                scores: Callable[[Step], np.ndarray],
                stop: threading.Event | None = None,
                give_up: Callable[[list[float], float], bool] | None = None,
-               cores: int = 0, sims: int = 0, halves: bool = True) -> Played | None:
+               cores: int = 0, sims: int = 0, halves: bool = True,
+               pools: Pools | None = None) -> Played | None:
     """Play `episodes` whole games under the evaluation protocol, `scores(step)` rating each
     simulator's actions (logits or Q-values; `eval_actions` picks from them); each simulator
     plays its share so long games count too. None when `stop` is set before they are all
     played. `give_up(returns of the games ended, points lost so far in the counted games
     still going)` is asked as a game ends or a point is lost; when it says so, the games stop:
     those ended count, or where none has, those going as `whole_games`. `cores`: see
-    `eval_simulators` (`sims` of them instead, if set); `halves`: see `pipelined_batch`."""
+    `eval_simulators` (`sims` of them instead, if set); `halves`: see `pipelined_batch`;
+    `pools`: simulators kept for the next evaluation (else made and closed here)."""
     sims = sims or eval_simulators(episodes, cores)
     quota = np.array([len(part) for part in np.array_split(np.arange(episodes), sims)])
     batch = 0
     if cores:
         cfg = replace(cfg, env=replace(cfg.env, env_threads=cores))
         batch = pipelined_batch(cfg, sims) if halves else 0
-    pool = make_pool(cfg, sims, seed, train=False, batch_size=batch)
+    pool = pools.get(cfg, sims, seed, batch) if pools is not None else \
+        make_pool(cfg, sims, seed, train=False, batch_size=batch)
     rng = np.random.default_rng(seed)
     played = Played([], np.zeros(pool.n_actions, np.int64))
     # Each simulator's counted game so far: agent steps, points won and lost.
@@ -110,7 +137,8 @@ def play_games(cfg: Config, episodes: int, seed: int,
             # Only moves in games that count, not those of a simulator past its share.
             np.add.at(played.actions, actions[quota[step.env_ids] > 0], 1)
     finally:
-        pool.close()
+        if pools is None:
+            pool.close()
     return played
 
 
@@ -172,14 +200,16 @@ def out_of_reach(cfg: Config, episodes: int, prior: EvalResult | None = None
 def evaluate(cfg: Config, learner, episodes: int, seed: int,
              stop: threading.Event | None = None,
              give_up: Callable[[list[float], float], bool] | None = None,
-             cores: int = 0, sims: int = 0, halves: bool = True) -> EvalResult | None:
+             cores: int = 0, sims: int = 0, halves: bool = True,
+             pools: Pools | None = None) -> EvalResult | None:
     """The learner's policy over `episodes` whole games (fewer when `give_up` says so, see
-    `play_games`, and for `cores`, `sims`, `halves`); None when `stop` is set first."""
+    `play_games`, and for `cores`, `sims`, `halves`, `pools`); None when `stop` is set
+    first."""
     sims = sims or eval_simulators(episodes, cores)
     state = RecurrentState(sims, learner.recurrent)
     played = play_games(cfg, episodes, seed, lambda step: state.step(
         learner.predict, step.obs, step.done, step.env_ids)[0], stop, give_up, cores, sims,
-        halves)
+        halves, pools)
     if played is None:
         return None
     r = np.array([ret for ret, _ in played.games])

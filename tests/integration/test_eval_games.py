@@ -92,3 +92,31 @@ def test_a_pong_evaluation_out_of_reach_stops_on_the_points_lost_before_any_game
     # A game lost 21-0 lasts about 760 agent steps.
     assert res.cut and res.episodes == 10 and res.actions.sum() < 10 * 760 / 3, res
     assert res.mean == res.max == -21, res
+
+
+def test_kept_simulators_restarted_play_the_games_new_ones_would_after_a_cut_mid_game():
+    """The evaluator keeps its simulators from one evaluation to the next (making ALE's costs
+    about a second). Restarted with the next evaluation's seed after one cut with steps in
+    flight (Pong in two pipelined halves) or after whole games (CartPole), they play what new
+    simulators with that seed play: returns and lengths, game for game (in the order the
+    halves end)."""
+    from ddrl.loop.evaluator import Pools
+
+    weights = np.random.default_rng(0).standard_normal((64 * 64 * 4, 6))
+
+    def screen_policy(step):
+        return step.obs.reshape(len(step.obs), -1).astype(np.float64) @ weights
+
+    push_right = lambda step: np.tile([0.0, 1.0], (len(step.obs), 1))  # noqa: E731
+    for job, scores, cut in (("pong-ppo.toml", screen_policy, lambda games, lost: lost >= 3),
+                             ("cartpole.toml", push_right, None)):
+        cfg = load_config(JOBS / job, ["eval.epsilon=0"])
+        pools = Pools()
+        try:
+            first = play_games(cfg, 4, seed=7, scores=scores, give_up=cut, cores=2, pools=pools)
+            assert first.cut == (cut is not None)
+            kept = play_games(cfg, 4, seed=8, scores=scores, cores=2, pools=pools)
+        finally:
+            pools.close()
+        new = play_games(cfg, 4, seed=8, scores=scores, cores=2)
+        assert sorted(kept.games) == sorted(new.games) and len(new.games) == 4, (job, kept, new)
