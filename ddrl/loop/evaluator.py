@@ -36,6 +36,8 @@ class EvalResult:
     # Stopped once the target was out of reach (`out_of_reach`): the mean is over the games
     # that ended first, the shortest, and is no score.
     cut: bool = False
+    # Agent steps of the longest game (of one still going, when cut): what a wait was made of.
+    longest: int = 0
 
 
 @dataclass
@@ -45,6 +47,8 @@ class Played:
     actions: np.ndarray
     # Stopped by `give_up`.
     cut: bool = False
+    # Agent steps of the longest counted game still going when it stopped.
+    going: int = 0
 
 
 def eval_actions(cfg: Config, logits: np.ndarray, n_actions: int,
@@ -132,7 +136,7 @@ def play_games(cfg: Config, episodes: int, seed: int,
                 if not played.games:
                     played.games.extend(whole_games(won, lost, steps, quota > 0,
                                                     cfg.eval.max_return))
-                played.cut = True
+                played.cut, played.going = True, int(steps[quota > 0].max())
                 break
             # Only moves in games that count, not those of a simulator past its share.
             np.add.at(played.actions, actions[quota[step.env_ids] > 0], 1)
@@ -213,8 +217,9 @@ def evaluate(cfg: Config, learner, episodes: int, seed: int,
     if played is None:
         return None
     r = np.array([ret for ret, _ in played.games])
+    longest = max([played.going, *(length for _, length in played.games)])
     return EvalResult(float(r.mean()), float(r.std()), float(r.max()), len(r), played.actions,
-                      cut=played.cut)
+                      cut=played.cut, longest=longest)
 
 
 @dataclass
@@ -278,7 +283,7 @@ def pooled(a: EvalResult, b: EvalResult) -> EvalResult:
     square = ((a.std ** 2 + a.mean ** 2) * a.episodes + (b.std ** 2 + b.mean ** 2) * b.episodes) / n
     actions = None if a.actions is None or b.actions is None else a.actions + b.actions
     return EvalResult(mean, float(np.sqrt(max(square - mean ** 2, 0.0))), max(a.max, b.max), n,
-                      actions, a.cut or b.cut)
+                      actions, a.cut or b.cut, max(a.longest, b.longest))
 
 
 @dataclass

@@ -66,7 +66,7 @@ class RootRecords:
                                  "std_return": res.std, "max_return": res.max,
                                  "episodes": res.episodes, "seconds": done.seconds,
                                  "cpu_seconds": done.cpu_seconds, "cut": res.cut,
-                                 "known_at": known_at})
+                                 "known_at": known_at, "longest": res.longest})
         if newest:
             self.progress.eval_score, self.progress.eval_cut = res.mean, res.cut
         if res.cut:  # no score: below the target, and no more

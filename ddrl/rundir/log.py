@@ -21,9 +21,10 @@ import numpy as np
 from ddrl.errors import DdrlError, HardExitError, storage_error
 from ddrl.output import say
 
-FORMAT_VERSION = 8
+FORMAT_VERSION = 9
 # What each format version added; a resumed older log gets the new columns as zeros.
 FORMAT_HISTORY = {
+    9: "`longest` in `/eval`",
     8: "`cut` and `known_at` in `/eval`, `owed_dropped` in `/train`",
     7: "`seconds` and `cpu_seconds` in `/eval`",
     6: "Fletcher-32 checksums on every chunk, `damaged_log` in `/starts`, `peak_rss_mb` in `/ranks`",
@@ -110,6 +111,8 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
                       "the games that ended first (none ended: the games going, as if played to the end "
                       "at the same rate) and is no score"),
         ("known_at", "f8", "the run's wall time when the result was known"),
+        ("longest", "i4", "agent steps of the longest game (of the longest still going, when cut): what the "
+                          "evaluation's wait was made of; 0 in rows written before format 9"),
     ],
     "ranks": [
         ("update", "i8", "the update of the row"),
