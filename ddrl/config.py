@@ -391,6 +391,13 @@ class EvalConfig:
             "beyond it waits until the share allows it, then plays the newest weights (confirmations not "
             "counted). A rehearsal (`sync.virtual_ranks` > 1), whose minutes are not the job's, waits "
             "for every due one")
+    # Below this score a focused evaluation is one more sight of weights far from the target,
+    # and they wait for at most half the share; what they leave goes to those near it, where
+    # an evaluation sooner finds the crossing sooner (none: the whole share from the start).
+    full_share_above: float | None = setting(None,
+        doc="until a live evaluation scores this much, focused evaluations wait for at most half of "
+            "`eval.pause_share`; from then on the whole share, what those before left included (`none`: "
+            "the whole share from the start)")
     # A focused evaluation holds the ranks at most this long (a confirmation: this per
     # eval.episodes games), then goes on in the background: one that held a Pong job's ranks
     # 85 s (a few of its games far longer than the rest) left the pause share no room for

@@ -10,7 +10,8 @@ Invariants (tests/unit/test_eval_schedule.py):
 - together at most SKIPPED_BYTES of weights, the oldest dropped first;
 - a crossing counts once the same weights have played eval.confirm_episodes games in all;
 - the ranks wait for one evaluation at most its hold limit (eval.pause_limit), then it plays on
-  in the background; the pause share is charged the waits, not the evaluations' lengths.
+  in the background; the pause share is charged the waits, not the evaluations' lengths;
+- below eval.full_share_above, focused waits stay within FAR_SHARE of the pause share.
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ SKIPPED_BYTES = 256 << 20
 # one long wait (a released evaluation) would otherwise keep the next from starting for
 # that wait / eval.pause_share.
 RECENT_WAITS = 5
+# The part of eval.pause_share focused evaluations may wait for below eval.full_share_above.
+FAR_SHARE = 0.5
 
 
 class Evaluator(Protocol):
@@ -79,6 +82,9 @@ class EvalSchedule:
         # `best`: a resumed run's best evaluation so far; one that had focused stays so.
         self.focused = can_pause and None not in (best, cfg.focus_above) \
             and best >= cfg.focus_above
+        # Whether focused evaluations may wait for the whole pause share (eval.full_share_above).
+        self.near = cfg.full_share_above is None or best is not None \
+            and best >= cfg.full_share_above
         # Seconds the ranks waited for focused evaluations (eval.pause_share bounds their sum),
         # the last ones' (the next waits about their median).
         self.waited, self._waits = 0.0, deque(maxlen=RECENT_WAITS)
@@ -107,7 +113,8 @@ class EvalSchedule:
                 or update // every <= self.mark // every:
             return
         expected = statistics.median(self._waits) if self._waits else 0.0
-        pause = self.focused and self.waited + expected <= self.cfg.pause_share * self._clock()
+        share = self.cfg.pause_share * (1.0 if self.near else FAR_SHARE)
+        pause = self.focused and self.waited + expected <= share * self._clock()
         if not ev.busy and (pause or not self.focused and ev.within_budget()):
             snap = snapshot()
             snap.paused = pause
@@ -224,6 +231,12 @@ class EvalSchedule:
             self.focused = True
             say(f"[ddrl] evaluation of update {done.update} scored {res.mean:.1f} (eval."
                 f"focus_above {focus:g}): the ranks wait for each evaluation from now on")
+        near = self.cfg.full_share_above
+        if newest and not self.near and res.mean >= near:
+            self.near = True
+            say(f"[ddrl] evaluation of update {done.update} scored {res.mean:.1f} (eval."
+                f"full_share_above {near:g}): focused evaluations may wait for all of "
+                f"eval.pause_share from now on")
         if not reaches(res, target) or self._confirmation(done) is not None \
                 or self.target_reached:
             return

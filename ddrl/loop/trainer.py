@@ -217,7 +217,7 @@ class Trainer:
         if self.cfg.sync.virtual_ranks > 1:
             # A rehearsal measures the big job's frames to the target, not its minutes: every
             # due evaluation is waited for, so the frames are known to eval.every's resolution.
-            cfg = replace(cfg, pause_share=1.0)
+            cfg = replace(cfg, pause_share=1.0, full_share_above=None)
         kept = [Snapshot(u.weights, u.update, u.frames, u.wall_time) for u in
                 checkpoint.load_unplayed(self.run_dir / "checkpoints", c.update)
                 ] if cfg.target is not None else []

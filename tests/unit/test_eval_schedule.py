@@ -253,3 +253,25 @@ def test_one_long_wait_does_not_keep_focused_evaluations_from_the_rest_of_the_ru
     now[0] = 900.0
     schedule.due(7, lambda: snap(7))
     assert schedule.pausing and evaluator.started[-1] == 7
+
+
+def test_far_from_the_target_focused_waits_keep_half_the_share_for_those_near_it(capsys):
+    """3-s waits, eval.pause_share 0.1, an update every 5 s: while the newest evaluation scores
+    -21 (below eval.full_share_above 0) a due one is waited for only within 0.05 of the run's
+    time: the first at once (its wait unknown), the k-th at 60k s, 5 in the first 300 s where
+    the whole share fits 10. Those at 0
+    or more spend what the far ones left: one every update (61-66) until the waits reach
+    0.1 of the run's time."""
+    now = [0.0]
+    evaluator = FakeEvaluator(lambda u: 0.0 if u >= 60 else -21.0)
+    evaluator.seconds = 3.0
+    schedule = focused(evaluator, now, pause_share=0.1, full_share_above=0.0)
+    for u in range(1, 101):
+        now[0] = 5.0 * u
+        schedule.poll(wait=False)
+        schedule.due(u, lambda u=u: snap(u))
+    assert evaluator.started[:5] == [1, 24, 36, 48, 60], evaluator.started
+    assert schedule.near and "eval.full_share_above 0" in capsys.readouterr().out
+    # 15 s waited by 300 s; at 305 s a tenth of the run is 30.5 s.
+    assert evaluator.started[5:12] == [61, 62, 63, 64, 65, 66, 72], evaluator.started
+    assert schedule.waited <= 0.1 * now[0]
