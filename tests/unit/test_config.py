@@ -159,7 +159,8 @@ def test_every_key_is_documented_and_every_line_names_a_key():
     from ddrl.config import DOCS
     from ddrl.config_docs import SECTIONS, reference_markdown
 
-    none_by_default = {"eval.target", "eval.max_return", "eval.focus_above"}
+    none_by_default = {"eval.target", "eval.max_return", "eval.focus_above",
+                       "eval.full_share_above"}
     keys = {f"{sec}.{k}" for sec, body in Config().to_dict().items() for k in body} | none_by_default
     assert set(DOCS) == keys
     assert set(SECTIONS) == set(Config().to_dict())
