@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import storage_errors
+from ddrl.errors import storage_errors
 
 # The tables worth charts and their columns that are figures, not bookkeeping; `None`: every
 # column but the bookkeeping ones.
