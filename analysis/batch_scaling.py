@@ -26,13 +26,21 @@ import pandas as pd
 
 from analysis.plots import new_figure, save
 
+RECORD_COLUMNS = {"ranks", "minibatches", "epochs", "rollout", "frames_per_point", "rule", "seed",
+                  "frames_to_target", "frames_run", "criterion"}
+
 
 def load_record(path: str | Path) -> pd.DataFrame:
     df = pd.read_csv(path, comment="#")
-    missing = {"ranks", "minibatches", "epochs", "rollout", "frames_per_point", "rule", "seed",
-               "frames_to_target", "frames_run", "criterion"} - set(df.columns)
+    missing = RECORD_COLUMNS - set(df.columns)
     if missing:
         raise ValueError(f"{path}: no column(s) {', '.join(sorted(missing))}")
+    return with_derived(df)
+
+
+def with_derived(df: pd.DataFrame) -> pd.DataFrame:
+    """A record with the figures its rows imply: the global minibatch, the frames an update
+    costs, whether and when a run reached the target (its budget where it did not)."""
     df["global_minibatch"] = df["ranks"] * df["rollout"] // df["minibatches"]
     # Every rank's gradient of one minibatch makes one update, all-reduced.
     df["frames_per_update"] = (df["ranks"] * df["rollout"] * df["frames_per_point"]

@@ -1,5 +1,6 @@
 """`ddrl bench project JOB --runs DIR ... --nodes 1 2 4 ... --cores-per-node 32 --link 10gbit`:
-minutes to the target on a cluster, from measured inputs only.
+minutes to the target on a cluster, from measured inputs only: run directories, or the record
+of their results (`--record CSV --rule TEXT`, `--speed-record CSV`: docs/results/).
 
 Data-parallel training to a score costs, at R ranks (nodes x ranks per node):
 - the frames F(R) and updates U(R) the job needs at the global batch of R ranks: measured by
@@ -27,6 +28,7 @@ import argparse
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -42,8 +44,16 @@ PAPER = "the paper: 14.2 h on 1 node, 21 min on 64 (12-core nodes, Breakout's ta
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", help="TOML job file the runs trained (its network sets the gradient)")
-    p.add_argument("--runs", nargs="+", required=True, metavar="DIR",
-                   help="run directories of the job at several rank counts (real or rehearsed)")
+    frames = p.add_mutually_exclusive_group(required=True)
+    frames.add_argument("--runs", nargs="+", metavar="DIR",
+                        help="run directories of the job at several rank counts (real or "
+                             "rehearsed)")
+    frames.add_argument("--record", metavar="CSV",
+                        help="a record of such runs, one row each (the columns of "
+                             "docs/results/frames-to-score.csv), in place of their directories")
+    p.add_argument("--rule", action="append", default=[], metavar="TEXT",
+                   help="with --record: the rows of this rule (repeatable; one rule a rank "
+                        "count)")
     p.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
     p.add_argument("--cores-per-node", type=int, default=32)
     p.add_argument("--link", nargs="+", default=["1gbit", "10gbit", "100gbit"],
@@ -52,13 +62,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="latency per message step between nodes (TCP on Ethernet: tens of us)")
     p.add_argument("--link-share", type=float, default=LINK_SHARE,
                    help="share of the link rate the all-reduce carries as payload")
-    p.add_argument("--target", type=float, help="score to reach (default: the runs' eval.target)")
+    p.add_argument("--target", type=float,
+                   help="score to reach (default: the runs' eval.target; a --record's rows "
+                        "are to its own)")
     p.add_argument("--fps-per-core", type=float,
                    help="a rank's frames/s per core (default: measured by real ranks alike)")
     p.add_argument("--speed-runs", nargs="+", default=[], metavar="DIR",
                    help="runs of real ranks that give only a rank's frames/s per core, for the "
                         "measured rank counts whose ranks have the same rollout, epochs and "
                         "minibatches (short runs; their frames are not used)")
+    p.add_argument("--speed-record", metavar="CSV",
+                   help="a record of such runs' rates, one row each (the columns of "
+                        "docs/results/rank-speed.csv)")
     p.add_argument("--run-cores", type=int,
                    help="cores the runs had, for logs that do not record it")
     p.add_argument("--extrapolate", action="store_true",
@@ -76,7 +91,7 @@ class Point:
     updates: list[float]
     reached: list[bool]
     fps_per_core: list[float]
-    cpus: set[str]
+    sources: set[str]
     work: tuple | None = None
 
     def median(self, field: str) -> tuple[float, bool]:
@@ -111,17 +126,18 @@ def _rate(train) -> float:
     return float(last["frames"] - first["frames"]) / seconds if seconds > 0 else math.nan
 
 
-# What a rank computes per frame: its rollout and the updates it makes of it. Runs alike in
-# these run a rank at the same frames/s, whatever their rank count.
-WORK = ("acting.n_sim", "acting.t_max", "algo.epochs", "algo.minibatches")
+# What a rank computes per frame: its rollout (simulators x steps) and the updates it makes of
+# it. Runs alike in these run a rank at the same frames/s, whatever their rank count.
+WORK = ("rollout", "epochs", "minibatches")
 
 
 def _work(run) -> tuple:
-    return tuple(run.setting(key) for key in WORK)
+    return (run.setting("acting.n_sim") * run.setting("acting.t_max"),
+            run.setting("algo.epochs"), run.setting("algo.minibatches"))
 
 
 def _describe(work: tuple) -> str:
-    return ", ".join(f"{key.split('.')[1]} {value}" for key, value in zip(WORK, work))
+    return ", ".join(f"{key} {value}" for key, value in zip(WORK, work))
 
 
 def _fps_per_core(run, run_cores: int | None) -> float | None:
@@ -150,7 +166,7 @@ def measure(paths: list[str], target: float | None, run_cores: int | None) -> li
         if work != point.work:
             raise DdrlError(f"{run.name}: its ranks' {_describe(work)} differ from the other "
                             f"{ranks}-rank runs' ({_describe(point.work)}): one setting a rank count")
-        point.cpus.add(re.sub(r", \d+ cores.*", "", str(run.attrs.get("cpu", "CPU not recorded"))))
+        point.sources.add(re.sub(r", \d+ cores.*", "", str(run.attrs.get("cpu", "CPU not recorded"))))
         train = run["train"]
         fps = _fps_per_core(run, run_cores)
         if fps is not None:
@@ -182,6 +198,64 @@ def measure_speed(paths: list[str], run_cores: int | None) -> dict[tuple, list[f
                             "rank's; run real ranks with the same settings")
         speeds.setdefault(_work(run), []).append(fps)
     return speeds
+
+
+def _read_record(path: str, columns: set[str]):
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path, comment="#")
+    except (OSError, ValueError) as e:
+        raise DdrlError(f"{path}: cannot read the record ({e})") from None
+    missing = columns - set(df.columns)
+    if missing:
+        raise DdrlError(f"{path}: no column(s) {', '.join(sorted(missing))}")
+    return df
+
+
+def measure_record(path: str, rules: list[str]) -> list[Point]:
+    """Points from a record of runs (analysis.batch_scaling's columns), the rows of `rules`:
+    the frames each run took to the record's target, or ran where it missed it."""
+    from analysis.batch_scaling import RECORD_COLUMNS, with_derived
+
+    df = with_derived(_read_record(path, RECORD_COLUMNS))
+    if not rules:
+        raise DdrlError(f"--record {path}: give the rows to project from with --rule "
+                        f"(its rules: {'; '.join(dict.fromkeys(df['rule']))})")
+    unknown = [r for r in rules if r not in set(df["rule"])]
+    if unknown:
+        raise DdrlError(f"--record {path}: no rows of the rule {unknown[0]!r}")
+    points: dict[int, Point] = {}
+    for row in df[df["rule"].isin(rules)].itertuples():
+        work = (int(row.rollout), int(row.epochs), int(row.minibatches))
+        point = points.setdefault(int(row.ranks),
+                                  Point(int(row.ranks), [], [], [], [], set(), work))
+        if work != point.work:
+            raise DdrlError(f"--record {path}: its {row.ranks}-rank rows of the given rules "
+                            f"differ in a rank's work ({_describe(work)} against "
+                            f"{_describe(point.work)}): one rule a rank count")
+        point.sources.add(f"{Path(path).name}: {row.rule}, {row.criterion}")
+        point.frames.append(float(row.frames))
+        point.updates.append(float(row.frames) / float(row.frames_per_update))
+        point.reached.append(bool(row.reached))
+    return sorted(points.values(), key=lambda p: p.ranks)
+
+
+# A record of a rank's measured speed: one row a run of real ranks (docs/results/rank-speed.csv).
+SPEED_COLUMNS = {"rollout", "epochs", "minibatches", "fps_per_core", "cpu"}
+
+
+def measure_speed_record(path: str) -> tuple[dict[tuple, list[float]], dict[tuple, str]]:
+    """A rank's work -> its frames/s per core as recorded, and -> where they came from."""
+    df = _read_record(path, SPEED_COLUMNS)
+    speeds: dict[tuple, list[float]] = {}
+    cpus: dict[tuple, list[str]] = {}
+    for row in df.itertuples():
+        work = (int(row.rollout), int(row.epochs), int(row.minibatches))
+        speeds.setdefault(work, []).append(float(row.fps_per_core))
+        cpus.setdefault(work, []).append(str(row.cpu))
+    return speeds, {w: f"{Path(path).name}, {', '.join(dict.fromkeys(c))}"
+                    for w, c in cpus.items()}
 
 
 def interpolate(known: list[tuple[int, float, bool]], ranks: int, extrapolate: bool
@@ -234,10 +308,21 @@ def run(args: argparse.Namespace) -> int:
     rates = {text: parse_rate(text) for text in args.link}
     cfg = load_job(args.job, args.set)
     nbytes = gradient_bytes(cfg)
-    points = measure(args.runs, args.target, args.run_cores)
+    if args.rule and not args.record:
+        raise DdrlError("bench project: --rule picks rows of a --record")
+    points = (measure_record(args.record, args.rule) if args.record
+              else measure(args.runs, args.target, args.run_cores))
     speeds = measure_speed(args.speed_runs, args.run_cores)
+    speed_from = dict.fromkeys(speeds, "run(s) of real ranks")
+    if args.speed_record:
+        recorded, recorded_from = measure_speed_record(args.speed_record)
+        for work, fps in recorded.items():
+            speeds.setdefault(work, []).extend(fps)
+            speed_from[work] = "; ".join(filter(None, (speed_from.get(work), recorded_from[work])))
     for p in points:
         speeds.setdefault(p.work, []).extend(p.fps_per_core)
+        if p.fps_per_core:
+            speed_from.setdefault(p.work, "run(s) of real ranks")
     fps_known = [(p.ranks, float(np.median(speeds[p.work])), True) for p in points
                  if speeds.get(p.work)]
     # One rank per core, as the recipes bind them: a rank's batch is what one core simulates,
@@ -253,16 +338,18 @@ def run(args: argparse.Namespace) -> int:
         say(f"  {p.ranks:>5} ranks: {sum(p.reached)}/{len(p.reached)} reached, median "
             f"{'' if exact else '> '}{median / 1e6:.2f}M frames{spread}, "
             f"{'' if exact else '> '}{p.median('updates')[0]:,.0f} updates "
-            f"({', '.join(sorted(p.cpus))}); a rank ({_describe(p.work)}): "
-            + (f"{np.median(measured):,.0f} frames/s per core ({len(measured)} run(s) of real "
-               "ranks)" if measured else "frames/s not measured (no run of real ranks alike)"))
+            f"({', '.join(sorted(p.sources))}); a rank ({_describe(p.work)}): "
+            + (f"{np.median(measured):,.0f} frames/s per core, median of {len(measured)} "
+               f"({speed_from[p.work]})" if measured
+               else "frames/s not measured (no run of real ranks alike)"))
     for work in speeds:
         if not any(p.work == work for p in points):
-            say(f"  --speed-runs with {_describe(work)}: alike no measured rank count, not used")
+            say(f"  a rank's speed with {_describe(work)} ({speed_from[work]}): alike no "
+                "measured rank count, not used")
     if not (fps_known or args.fps_per_core):
         raise DdrlError("no run gives a rank's frames/s (a rehearsal's is not a rank's): give "
                         "--speed-runs (real ranks with a measured rank count's rollout, epochs "
-                        "and minibatches) or --fps-per-core")
+                        "and minibatches), --speed-record or --fps-per-core")
     # A bigger job keeps the global minibatch with smaller minibatches per rank, each with a
     # call's fixed cost: a rank's speed is that of its own rank count's work, not the smallest's.
     fps_source = (f"{args.fps_per_core:,.0f} (--fps-per-core)" if args.fps_per_core else
