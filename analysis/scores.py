@@ -113,13 +113,26 @@ def detection_lag(run: Run, target: float | None) -> float:
     return float(row["known_at"] - row["wall_time"])
 
 
-def eval_share(run: Run, wall_time: float) -> float:
-    """The evaluator's CPU seconds (cut evaluations' too) over the job's core-seconds."""
+def eval_share(run: Run, wall_time: float, ended_by: bool = False) -> float:
+    """The evaluator's CPU seconds (cut evaluations' too) over the job's core-seconds of the
+    run's first `wall_time` seconds. `ended_by`: only the evaluations that had ended by then,
+    for the share of the training that led to a target's weights, without the evaluation and
+    confirmation that then found them (the detection lag's)."""
     cores = run.attrs.get("cores")
-    if not cores or not wall_time:
+    if not cores or not wall_time or math.isnan(wall_time):
         return math.nan
-    tables = [run.tables.get(t) for t in ("eval", "eval_cut")]
-    cpu = sum(float(t["cpu_seconds"].sum()) for t in tables if t is not None and len(t))
+    cpu = 0.0
+    for name in ("eval", "eval_cut"):
+        t = run.tables.get(name)
+        if t is None or not len(t):
+            continue
+        if ended_by:
+            end = t["wall_time"] + t["seconds"]
+            if "known_at" in t:
+                # Logs before `known_at` hold 0 there.
+                end = t["known_at"].where(t["known_at"] > 0, end)
+            t = t[end <= wall_time]
+        cpu += float(t["cpu_seconds"].sum())
     return cpu / (wall_time * cores)
 
 

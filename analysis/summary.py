@@ -104,9 +104,11 @@ def summarize(runs: list[Run], target: float | None = None) -> pd.DataFrame:
             "time_to_online": t_online,
             "frames_to_online": f_online,
             # Seconds from the confirmed weights' update to the run knowing it; the
-            # evaluator's CPU time as a share of the job's cores over the run.
+            # evaluator's CPU time as a share of the job's cores over the run, and over the
+            # training to the confirmed weights (the evaluations that found them left out).
             "detection_lag": detection_lag(run, target),
             "eval_share": eval_share(run, done.wall_time),
+            "eval_share_to_confirmed": eval_share(run, t_confirmed, ended_by=True),
             "dp_per_s": float(train["dp_per_s"].mean()) if len(train) else math.nan,
         }
         row["hns_best"] = human_normalized(row["best_eval"], run.game)
@@ -141,6 +143,7 @@ def over_seeds(runs: pd.DataFrame) -> dict[str, Any]:
         "minutes_to_confirmed": _column(runs, "time_to_confirmed").median() / 60,
         "detection_lag": _column(runs, "detection_lag").median(),
         "eval_share": _column(runs, "eval_share").median(),
+        "eval_share_to_confirmed": _column(runs, "eval_share_to_confirmed").median(),
         "frames_to_online": _column(runs, "frames_to_online").median(),
         "frames": runs["frames"].median(),
         "minutes": runs["wall_time"].median() / 60,
@@ -164,6 +167,9 @@ def headline(row: pd.Series) -> str:
     lag = row.get("detection_lag", math.nan)
     known = "" if math.isnan(lag) else f", known {lag:.0f} s later"
     share = row.get("eval_share", math.nan)
+    before = row.get("eval_share_to_confirmed", math.nan)
+    to_weights = "" if math.isnan(before) else \
+        f" ({100 * before:.1f}% to the confirmed weights)"
     online = f"online (last {ONLINE_GAMES} training games)"
     return (f"{row['run']}: target {row['target']:g} "
             + _at(row["time_to_confirmed"], row["frames_to_confirmed"], "confirmed",
@@ -171,7 +177,8 @@ def headline(row: pd.Series) -> str:
             + _at(row["time_to_target"], row["frames_to_target"], "first crossing",
                   "no evaluation at it") + "; "
             + _at(row["time_to_online"], row["frames_to_online"], online, f"{online} not reached")
-            + ("" if math.isnan(share) else f"; evaluator {100 * share:.1f}% of the CPU"))
+            + ("" if math.isnan(share) else
+               f"; evaluator {100 * share:.1f}% of the CPU{to_weights}"))
 
 
 def format_summary(summary: pd.DataFrame) -> str:

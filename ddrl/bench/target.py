@@ -57,15 +57,23 @@ def report(job: str, run_dirs: list[Path], target: float, cpu: str) -> str:
     """Per seed and as the median: when the weights that confirmed the target were taken
     (frames, minutes), when the run knew it (minutes; the lag in seconds), the first evaluation
     at the target whether its confirmation held or not, the online figure (the mean of the last
-    100 training games, the published PPO curves' protocol) and the frames/s."""
+    100 training games, the published PPO curves' protocol), the frames/s, and the evaluator's
+    CPU share over the run and over the training to the confirmed weights."""
     from analysis.load import load_run
-    from analysis.scores import detection_lag, first_confirmed, to_online_target, to_target
+    from analysis.scores import (
+        detection_lag,
+        eval_share,
+        first_confirmed,
+        to_online_target,
+        to_target,
+    )
 
     lines = [f"ddrl bench target {job}: eval.target {target:g}, confirmed; {cpu}",
              f"{'seed':>6s}{'confirmed':>10s}{'frames':>14s}{'minutes':>9s}{'known at':>10s}"
              f"{'lag s':>7s}{'first at':>14s}{'online at':>14s}{'frames/s':>10s}"
-             f"{'evaluations':>13s}"]
+             f"{'evaluations':>13s}{'eval CPU %':>12s}{'to weights':>12s}"]
     found: list[tuple[float, ...]] = []
+    shares: list[tuple[float, float]] = []
     for seed, run_dir in enumerate(run_dirs):
         run = load_run(run_dir)
         done = run.progress()
@@ -78,16 +86,27 @@ def report(job: str, run_dirs: list[Path], target: float, cpu: str) -> str:
         row = (frames, minutes, known, lag, to_target(run, target)[1],
                to_online_target(run, target)[1], rate)
         found.append(row)
+        share = (100 * eval_share(run, done.wall_time),
+                 100 * eval_share(run, minutes * 60, ended_by=True))
+        shares.append(share)
         reached = f"{hit['mean_return']:+.1f}" if hit is not None else "no"
         # The cut evaluations too: load_run keeps them apart, as no scores.
         played = len(run["eval"]) + len(run["eval_cut"])
-        lines.append(f"{seed:6d}{reached:>10s}{_figures(row)}{played:13d}")
+        lines.append(f"{seed:6d}{reached:>10s}{_figures(row)}{played:13d}{_shares(share)}")
     # A seed that never reached the target counts as infinitely slow, not as missing.
     med = [statistics.median(math.inf if math.isnan(v) else v for v in col)
            for col in zip(*found)]
+    # A share is a run's cost, not its speed: the median of the runs that have one.
+    med_share = [statistics.median(v) if v else math.nan
+                 for v in ([x for x in col if math.isfinite(x)] for col in zip(*shares))]
     reached = sum(not math.isnan(f[0]) for f in found)
-    lines.append(f"{'median':>6s}{f'{reached}/{len(found)}':>10s}{_figures(med)}")
+    lines.append(f"{'median':>6s}{f'{reached}/{len(found)}':>10s}{_figures(med)}{'':13s}"
+                 f"{_shares(med_share)}")
     return "\n".join(lines)
+
+
+def _shares(shares) -> str:
+    return "".join(f"{v:12.1f}" if math.isfinite(v) else f"{'-':>12s}" for v in shares)
 
 
 def _figures(row) -> str:

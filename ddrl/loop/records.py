@@ -23,6 +23,15 @@ class RootRecords:
         self._checkpoints = run_dir / "checkpoints"
         self.best = checkpoint.best_score(self._checkpoints)
 
+    def confirmed(self, target: float | None, games: int) -> bool:
+        """Whether the log holds an evaluation at `target` over `games` or more, not cut: a
+        crossing confirmed (eval.confirm_episodes), as a resumed run finds it."""
+        if target is None:
+            return False
+        rows = self.log.rows("eval")
+        return bool(((rows["cut"] == 0) & (rows["mean_return"] >= target)
+                     & (rows["episodes"] >= games)).any())
+
     def episodes(self, finished: Iterable[tuple[float, int]]) -> None:
         c = self.counters
         for ret, length in finished:

@@ -73,7 +73,8 @@ class EvalSchedule:
     def __init__(self, cfg: EvalConfig, evaluator: Evaluator | None,
                  record: Callable[[EvalDone, bool], None], clock: Callable[[], float],
                  mark: int = 0, kept: list[Snapshot] | None = None, best: float | None = None,
-                 can_pause: bool = False, hold_most: float = float("inf")):
+                 can_pause: bool = False, hold_most: float = float("inf"),
+                 reached: bool = False):
         self.cfg, self.evaluator, self._record, self._clock = cfg, evaluator, record, clock
         self.mark = mark  # the update of the last evaluation started
         # Whether the ranks can wait for an evaluation (synchronous placements), and whether
@@ -91,9 +92,9 @@ class EvalSchedule:
         # No hold past it, whatever eval.pause_limit says: the other ranks' barrier gives up at
         # sync.timeout. Since when the ranks have held for the evaluation playing.
         self._hold_most, self._held_since = hold_most, 0.0
-        # A run resumed after its hit (a stop cut the owed evaluations short) trains no further
-        # and plays the weights it still owes.
-        reached = None not in (best, cfg.target) and best >= cfg.target
+        # `reached`: a resumed run's target was confirmed before the stop (which cut the owed
+        # evaluations short): it trains no further and plays the weights it still owes. A
+        # crossing the stop left unconfirmed is no hit: the run trains on.
         self.target_reached = reached
         self.skipped: list[Snapshot] = [] if reached else list(kept or [])
         self.gap: list[Snapshot] = list(kept or []) if reached else []

@@ -225,7 +225,8 @@ class Trainer:
                             lambda done, newest: self._records.evaluation(done, newest,
                                                                           self._now()),
                             self._now, c.update, kept, self._records.best, self.sync.lockstep,
-                            hold_most=self.cfg.sync.timeout / 2)
+                            hold_most=self.cfg.sync.timeout / 2,
+                            reached=self._records.confirmed(cfg.target, cfg.confirm_episodes))
 
     def _now(self) -> float:
         """The run's wall time, resumes included."""

@@ -346,6 +346,14 @@ class RunLog:
         log.damaged, log.set_aside = damaged, aside
         return log
 
+    def rows(self, table: str) -> np.ndarray:
+        """A table's rows written so far, those buffered too."""
+        written = read_table(self._f, table)
+        pending = self._pending[table]
+        if not pending:
+            return written
+        return np.concatenate([written, np.array(pending, dtype=table_dtype(table))])
+
     def append(self, table: str, row: dict[str, Any]) -> None:
         dtype = table_dtype(table)
         self._pending[table].append(tuple(row.get(n, 0) for n in dtype.names))

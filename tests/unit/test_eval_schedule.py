@@ -115,8 +115,20 @@ def test_after_a_hit_the_gap_is_played_oldest_first_and_stops_at_the_earliest_hi
 def test_a_run_resumed_after_its_hit_trains_no_further_and_owes_its_kept_weights():
     schedule = EvalSchedule(EvalConfig(every=2, episodes=10, target=18.0), FakeEvaluator(lambda u: 0),
                             lambda done, newest: None, lambda: 0.0, mark=10,
-                            kept=[snap(4), snap(6)], best=18.5)
+                            kept=[snap(4), snap(6)], best=18.5, reached=True)
     assert schedule.target_reached and [s.update for s in schedule.unplayed()] == [4, 6]
+
+
+def test_a_run_resumed_after_a_crossing_it_did_not_confirm_trains_on():
+    """The stop (a time budget) came between a crossing's 10 games and its confirmation: its
+    best score is at the target, but nothing was confirmed (the old code stopped the resumed
+    run at once as "target")."""
+    schedule = EvalSchedule(EvalConfig(every=2, episodes=10, target=18.0), FakeEvaluator(lambda u: 0),
+                            lambda done, newest: None, lambda: 0.0, mark=10,
+                            kept=[snap(4), snap(6)], best=21.0)
+    assert not schedule.target_reached
+    schedule.due(12, lambda: snap(12))
+    assert schedule.mark == 12  # the due evaluation of 12 started: the run trains on
 
 
 def test_it_says_when_the_evaluator_plays_a_confirmation():

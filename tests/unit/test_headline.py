@@ -27,5 +27,11 @@ def test_a_confirmed_target_gives_its_minute_frames_and_lag():
                            "first crossing at 16.0 min")
 
 
+def test_the_evaluators_share_to_the_confirmed_weights_stands_beside_the_runs():
+    line = headline(row(time_to_confirmed=960.0, frames_to_confirmed=6.85e6, detection_lag=28.0,
+                        eval_share_to_confirmed=0.03))
+    assert line.endswith("; evaluator 6.3% of the CPU (3.0% to the confirmed weights)"), line
+
+
 def test_a_run_without_target_says_so():
     assert headline(row(target=math.nan)) == "r: no target"

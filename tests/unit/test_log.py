@@ -217,3 +217,22 @@ def test_a_mirror_that_hangs_at_close_does_not_hold_the_run(tmp_path, monkeypatc
     log.close()
     assert time.monotonic() - start < 5
     assert "did not close within 0.5 s" in capsys.readouterr().err
+
+
+def test_a_resumed_run_finds_a_confirmed_target_in_its_log_and_only_a_confirmed_one(tmp_path):
+    """RootRecords.confirmed: a crossing over 10 games, or a cut evaluation at the target, is
+    not a confirmed target; the confirmation's row over 50 games is, flushed or still buffered."""
+    from ddrl.loop.bookkeeping import Counters
+    from ddrl.loop.progress import Progress
+    from ddrl.loop.records import RootRecords
+
+    log = RunLog.create(tmp_path / "log.h5", {})
+    records = RootRecords(log, Counters(), Progress(10.0, 0, 0.0), tmp_path)
+    log.append("eval", {"update": 10, "mean_return": 21.0, "episodes": 10, "cut": 0})
+    log.append("eval", {"update": 12, "mean_return": 21.0, "episodes": 50, "cut": 1})
+    log.flush()
+    assert not records.confirmed(18.0, 50) and records.confirmed(18.0, 10)
+    log.append("eval", {"update": 10, "mean_return": 19.6, "episodes": 50, "cut": 0})
+    assert records.confirmed(18.0, 50) and not records.confirmed(20.0, 50)
+    assert not records.confirmed(None, 50)
+    log.close()
