@@ -266,10 +266,16 @@ class Snapshot:
 def evaluate_here(cfg: Config, learner, snap: Snapshot, seed: int,
                   stop: threading.Event | None = None) -> EvalDone | None:
     """`snap`'s weights, which are the learner's, over `cfg.eval.episodes` games on this
-    process's threads: the process's CPU time is the evaluation's. None when `stop` is set
-    first."""
+    process's threads (a confirmation: its games, stopped once out of reach as the
+    evaluator's are, and the result over all the weights' games): the process's CPU time is
+    the evaluation's. None when `stop` is set first."""
     wall, cpu = time.monotonic(), time.process_time()
-    res = evaluate(cfg, learner, cfg.eval.episodes, seed, stop)
+    if snap.prior is None:
+        res = evaluate(cfg, learner, cfg.eval.episodes, seed, stop)
+    else:
+        res = evaluate(cfg, learner, snap.episodes, seed, stop,
+                       out_of_reach(cfg, snap.episodes, snap.prior))
+        res = None if res is None else pooled(snap.prior, res)
     if res is None:
         return None
     return EvalDone(snap.update, snap.frames, snap.wall_time, res, snap.weights,

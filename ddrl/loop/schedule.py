@@ -202,14 +202,14 @@ class EvalSchedule:
             if done is None:
                 return
             self.finished(done)
-            confirm = self._confirmation(done)
+            confirm = self.confirmation(done)
             if confirm is None:
                 return
             self._start(confirm)
             if not wait:
                 return
 
-    def _confirmation(self, done: EvalDone) -> Snapshot | None:
+    def confirmation(self, done: EvalDone) -> Snapshot | None:
         """The games still owed by weights whose evaluation crossed the target, before the
         crossing counts (eval.confirm_episodes in all); None when there are none."""
         target, res, needed = self.cfg.target, done.result, self.cfg.confirm_episodes
@@ -238,7 +238,7 @@ class EvalSchedule:
             say(f"[ddrl] evaluation of update {done.update} scored {res.mean:.1f} (eval."
                 f"full_share_above {near:g}): focused evaluations may wait for all of "
                 f"eval.pause_share from now on")
-        if not reaches(res, target) or self._confirmation(done) is not None \
+        if not reaches(res, target) or self.confirmation(done) is not None \
                 or self.target_reached:
             return
         self.target_reached = True
@@ -305,7 +305,7 @@ class EvalSchedule:
                 if i < hit:
                     self.finished(done)
                     finished.add(i)
-                    confirm = self._confirmation(done)
+                    confirm = self.confirmation(done)
                     if confirm is not None:  # the same worker plays the rest of the games
                         worker.start(confirm)
                         playing[i] = worker

@@ -305,6 +305,17 @@ class Trainer:
             complete = done is not None
             if complete:
                 self._schedule.finished(done)
+                # A final crossing is confirmed as any other: the run ends knowing its target.
+                confirm = None if self._schedule.target_reached else \
+                    self._schedule.confirmation(done)
+                if confirm is not None:
+                    say(f"[ddrl] the final evaluation scored {done.result.mean:.1f}: "
+                        f"{confirm.episodes} more games to confirm it")
+                    done = evaluate_here(self.cfg, self.learner, confirm, derive_seed(
+                        self.cfg.run.seed, 0, f"confirm/{c.update}"), signalled)
+                    complete = done is not None
+                    if complete:
+                        self._schedule.finished(done)
         if not complete:
             # A resume plays what is left: the owed weights are in checkpoints/unplayed.npz.
             reason = f"{reason}; a stop signal cut its " \

@@ -486,3 +486,17 @@ def test_the_ranks_pause_while_a_confirmation_plays_unless_told_not_to(tmp_path,
     assert run(trainer) == 0
     assert evaluator.started[:3] == [5, 10, 10]
     assert trainer.counters.update == (18 if pause else 23)
+
+
+def test_a_final_evaluation_at_the_target_is_confirmed_before_the_run_ends(tmp_path, capsys):
+    """A run that meets its budget with a crossing in its final evaluation plays the
+    confirmation's games too: it ends knowing its target (it ended with 4 games and none
+    confirmed). The fake learner's CartPole games score about 10, over the target of 5."""
+    trainer = make_trainer(tmp_path, [f"run.max_frames={4 * FRAMES_PER_BATCH}",
+                                      "eval.episodes=4", "eval.target=5",
+                                      "eval.confirm_episodes=12"])
+    assert run(trainer) == 0
+    evals = rows(tmp_path, "eval")
+    assert evals["episodes"].tolist() == [4, 12] and (evals["update"] == 4).all()
+    assert evals["mean_return"][1] >= 5
+    assert "[ddrl] target 5 reached: the weights of update 4" in capsys.readouterr().out
