@@ -200,6 +200,10 @@ def measure_speed(paths: list[str], run_cores: int | None) -> dict[tuple, list[f
     return speeds
 
 
+# The records' columns of words; every other one holds numbers (or nothing: a missed target).
+TEXT_COLUMNS = {"rule", "criterion", "cpu"}
+
+
 def _read_record(path: str, columns: set[str]):
     import pandas as pd
 
@@ -210,6 +214,12 @@ def _read_record(path: str, columns: set[str]):
     missing = columns - set(df.columns)
     if missing:
         raise DdrlError(f"{path}: no column(s) {', '.join(sorted(missing))}")
+    for column in sorted(columns - TEXT_COLUMNS):
+        try:
+            df[column] = pd.to_numeric(df[column])
+        except (ValueError, TypeError):
+            raise DdrlError(f"{path}: column {column} holds a value that is not a number") \
+                from None
     return df
 
 

@@ -115,6 +115,9 @@ def test_a_record_refuses_two_rules_at_one_rank_count_and_unknown_rules(tmp_path
     (tmp_path / "bad.csv").write_text("ranks,rule\n2,x\n")
     with pytest.raises(DdrlError, match="no column"):
         measure_record(str(tmp_path / "bad.csv"), ["x"])
+    words = record(tmp_path, "8,four,4,512,4,small,0,1000000,1000000,50 games")
+    with pytest.raises(DdrlError, match="column minibatches holds a value that is not a number"):
+        measure_record(words, ["small"])
 
 
 def test_a_speed_record_gives_a_rank_rate_by_its_work_and_where_it_came_from(tmp_path):
