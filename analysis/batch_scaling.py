@@ -28,14 +28,31 @@ from analysis.plots import new_figure, save
 
 RECORD_COLUMNS = {"ranks", "minibatches", "epochs", "rollout", "frames_per_point", "rule", "seed",
                   "frames_to_target", "frames_run", "criterion"}
+# The records' columns of words; every other one holds numbers (or nothing: a missed target).
+TEXT_COLUMNS = {"rule", "criterion", "cpu"}
+
+
+def read_record(path: str | Path, columns: set[str]) -> pd.DataFrame:
+    """A record's rows (`#` lines are comments), checked to hold `columns`, those of numbers
+    as numbers; a ValueError naming the file and what is wrong."""
+    try:
+        df = pd.read_csv(path, comment="#")
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: cannot read the record ({e})") from None
+    missing = columns - set(df.columns)
+    if missing:
+        raise ValueError(f"{path}: no column(s) {', '.join(sorted(missing))}")
+    for column in sorted(columns - TEXT_COLUMNS):
+        try:
+            df[column] = pd.to_numeric(df[column])
+        except (ValueError, TypeError):
+            raise ValueError(f"{path}: column {column} holds a value that is not a number") \
+                from None
+    return df
 
 
 def load_record(path: str | Path) -> pd.DataFrame:
-    df = pd.read_csv(path, comment="#")
-    missing = RECORD_COLUMNS - set(df.columns)
-    if missing:
-        raise ValueError(f"{path}: no column(s) {', '.join(sorted(missing))}")
-    return with_derived(df)
+    return with_derived(read_record(path, RECORD_COLUMNS))
 
 
 def with_derived(df: pd.DataFrame) -> pd.DataFrame:

@@ -200,27 +200,13 @@ def measure_speed(paths: list[str], run_cores: int | None) -> dict[tuple, list[f
     return speeds
 
 
-# The records' columns of words; every other one holds numbers (or nothing: a missed target).
-TEXT_COLUMNS = {"rule", "criterion", "cpu"}
-
-
 def _read_record(path: str, columns: set[str]):
-    import pandas as pd
+    from analysis.batch_scaling import read_record
 
     try:
-        df = pd.read_csv(path, comment="#")
-    except (OSError, ValueError) as e:
-        raise DdrlError(f"{path}: cannot read the record ({e})") from None
-    missing = columns - set(df.columns)
-    if missing:
-        raise DdrlError(f"{path}: no column(s) {', '.join(sorted(missing))}")
-    for column in sorted(columns - TEXT_COLUMNS):
-        try:
-            df[column] = pd.to_numeric(df[column])
-        except (ValueError, TypeError):
-            raise DdrlError(f"{path}: column {column} holds a value that is not a number") \
-                from None
-    return df
+        return read_record(path, columns)
+    except ValueError as e:
+        raise DdrlError(str(e)) from None
 
 
 def measure_record(path: str, rules: list[str]) -> list[Point]:

@@ -263,6 +263,13 @@ class Snapshot:
     paused: bool = False
 
 
+def games_seed(cfg: Config, snap: Snapshot) -> int:
+    """The seed of the games `snap`'s weights play: an evaluation's and its confirmation's
+    are each the same wherever they play (the background evaluator, rank 0 at the run's end)."""
+    stream = "confirm" if snap.prior is not None else "eval"
+    return derive_seed(cfg.run.seed, 0, f"{stream}/{snap.update}")
+
+
 def evaluate_here(cfg: Config, learner, snap: Snapshot, seed: int,
                   stop: threading.Event | None = None) -> EvalDone | None:
     """`snap`'s weights, which are the learner's, over `cfg.eval.episodes` games on this
@@ -361,8 +368,7 @@ class BackgroundEvaluator:
     def start(self, snapshot: Snapshot) -> None:
         if self._proc is None:
             self._spawn()
-        stream = "confirm" if snapshot.prior is not None else "eval"
-        seed = derive_seed(self._cfg.run.seed, 0, f"{stream}/{snapshot.update}")
+        seed = games_seed(self._cfg, snapshot)
         now = time.monotonic()
         self._pending = _Pending(snapshot, now, progressed=now)
         self._send((snapshot.weights, snapshot.update,

@@ -34,7 +34,7 @@ from ddrl.loop.bookkeeping import (
     stop_reason,
 )
 from ddrl.loop.checkpoints import CheckpointWriter
-from ddrl.loop.evaluator import BackgroundEvaluator, Snapshot, evaluate_here
+from ddrl.loop.evaluator import BackgroundEvaluator, Snapshot, evaluate_here, games_seed
 from ddrl.loop.faults import Faults
 from ddrl.loop.progress import Progress
 from ddrl.loop.records import RootRecords
@@ -311,8 +311,8 @@ class Trainer:
                 if confirm is not None:
                     say(f"[ddrl] the final evaluation scored {done.result.mean:.1f}: "
                         f"{confirm.episodes} more games to confirm it")
-                    done = evaluate_here(self.cfg, self.learner, confirm, derive_seed(
-                        self.cfg.run.seed, 0, f"confirm/{c.update}"), signalled)
+                    done = evaluate_here(self.cfg, self.learner, confirm,
+                                         games_seed(self.cfg, confirm), signalled)
                     complete = done is not None
                     if complete:
                         self._schedule.finished(done)
