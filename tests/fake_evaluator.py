@@ -2,6 +2,8 @@
 schedule's tests (what BackgroundEvaluator offers, without processes or games)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ddrl.loop.evaluator import EvalDone, EvalResult, Snapshot, pooled
 
 
@@ -55,7 +57,8 @@ class FakeEvaluator:
         if self._left > 0 and not wait:
             return None
         out, self._done = self._done, None
-        return out
+        # As BackgroundEvaluator: paused as the evaluation ends (a released one is not).
+        return out and replace(out, paused=self._snap.paused)
 
     def cancel(self) -> None:
         self._done = None

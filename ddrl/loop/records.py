@@ -32,6 +32,14 @@ class RootRecords:
         return bool(((rows["cut"] == 0) & (rows["mean_return"] >= target)
                      & (rows["episodes"] >= games)).any())
 
+    def highest_mean(self) -> float | None:
+        """The highest mean of the log's evaluations, cut ones included: what the run had
+        decided eval.focus_above and eval.full_share_above on before a stop. A cut mean is no
+        score (`best` keeps none), but the live run focuses on it, and with a target and
+        eval.max_return every evaluation below the target is cut."""
+        means = self.log.rows("eval")["mean_return"]
+        return float(means.max()) if len(means) else None
+
     def episodes(self, finished: Iterable[tuple[float, int]]) -> None:
         c = self.counters
         for ret, length in finished:
@@ -67,15 +75,22 @@ class RootRecords:
                 self.log.append(table, {"update": self.counters.update,
                                         "wall_time": self.counters.wall_time, **row})
 
-    def evaluation(self, done: EvalDone, newest: bool, known_at: float) -> None:
-        """An `/eval` row; the best weights so far saved beside the checkpoints."""
+    def waits(self) -> list[float]:
+        """The seconds the ranks waited for each evaluation so far, in the order they were
+        charged to eval.pause_share: a resumed run's share goes on from them."""
+        held = self.log.rows("eval")["held"]
+        return [float(h) for h in held if h > 0]
+
+    def evaluation(self, done: EvalDone, newest: bool, known_at: float, held: float) -> None:
+        """An `/eval` row (`held`: the ranks' wait charged for it); the best weights so far
+        saved beside the checkpoints."""
         res = done.result
         self.log.append("eval", {"update": done.update, "frames": done.frames,
                                  "wall_time": done.wall_time, "mean_return": res.mean,
                                  "std_return": res.std, "max_return": res.max,
                                  "episodes": res.episodes, "seconds": done.seconds,
                                  "cpu_seconds": done.cpu_seconds, "cut": res.cut,
-                                 "known_at": known_at, "longest": res.longest})
+                                 "known_at": known_at, "longest": res.longest, "held": held})
         if newest:
             self.progress.eval_score, self.progress.eval_cut = res.mean, res.cut
         if res.cut:  # no score: below the target, and no more

@@ -67,28 +67,34 @@ def _clock(seconds: float) -> str:
 
 
 class EvalSchedule:
-    """`record(done, newest)` is called with every finished evaluation, in the order they end
-    (`newest`: not a backfilled one); `clock()` is the run's wall time."""
+    """`record(done, newest, held)` is called with every finished evaluation, in the order they
+    end (`newest`: not a backfilled one; `held`: the seconds of the ranks' wait charged for it);
+    `clock()` is the run's wall time."""
 
     def __init__(self, cfg: EvalConfig, evaluator: Evaluator | None,
-                 record: Callable[[EvalDone, bool], None], clock: Callable[[], float],
+                 record: Callable[[EvalDone, bool, float], None], clock: Callable[[], float],
                  mark: int = 0, kept: list[Snapshot] | None = None, best: float | None = None,
                  can_pause: bool = False, hold_most: float = float("inf"),
-                 reached: bool = False):
+                 reached: bool = False, waits: list[float] | None = None):
         self.cfg, self.evaluator, self._record, self._clock = cfg, evaluator, record, clock
         self.mark = mark  # the update of the last evaluation started
         # Whether the ranks can wait for an evaluation (synchronous placements), and whether
         # they do for every due one from now on (eval.focus_above reached).
         self._can_pause = can_pause
-        # `best`: a resumed run's best evaluation so far; one that had focused stays so.
+        # `best`: the highest mean of a resumed run's evaluations so far (cut ones too, as
+        # `finished` takes them); one that had focused stays so.
         self.focused = can_pause and None not in (best, cfg.focus_above) \
             and best >= cfg.focus_above
         # Whether focused evaluations may wait for the whole pause share (eval.full_share_above).
         self.near = cfg.full_share_above is None or best is not None \
             and best >= cfg.full_share_above
-        # Seconds the ranks waited for focused evaluations (eval.pause_share bounds their sum),
-        # the last ones' (the next waits about their median).
+        # Seconds the ranks waited for focused evaluations (eval.pause_share bounds their sum,
+        # over a resumed run's `waits` too), the last ones' (the next waits about their median).
         self.waited, self._waits = 0.0, deque(maxlen=RECENT_WAITS)
+        for seconds in waits or ():
+            self._waited(seconds)
+        # Waits charged at a release, recorded when the evaluation ends: update -> seconds.
+        self._released: dict[int, float] = {}
         # No hold past it, whatever eval.pause_limit says: the other ranks' barrier gives up at
         # sync.timeout. Since when the ranks have held for the evaluation playing.
         self._hold_most, self._held_since = hold_most, 0.0
@@ -152,6 +158,7 @@ class EvalSchedule:
         snap.paused = False
         if snap.prior is None:
             self._waited(held)
+            self._released[snap.update] = held
         say(f"[ddrl] warning: the evaluation of update {snap.update} held the ranks "
             f"{held:.0f} s (eval.pause_limit {self.cfg.pause_limit:g} s for "
             f"{self.cfg.episodes} games): it plays on in the background, the ranks train on",
@@ -222,9 +229,11 @@ class EvalSchedule:
     def finished(self, done: EvalDone) -> None:
         """`done` recorded; the target reached when it is confirmed."""
         newest = done.update >= self.mark
-        self._record(done, newest)
+        held = self._released.pop(done.update, 0.0)
         if done.paused and done.result.episodes <= self.cfg.episodes:  # not a confirmation
-            self._waited(done.seconds)
+            held = done.seconds
+            self._waited(held)
+        self._record(done, newest, held)
         target, res = self.cfg.target, done.result
         focus = self.cfg.focus_above
         if newest and self._can_pause and focus is not None and res.mean >= focus \

@@ -222,9 +222,10 @@ class Trainer:
                 checkpoint.load_unplayed(self.run_dir / "checkpoints", c.update)
                 ] if cfg.target is not None else []
         return EvalSchedule(cfg, self.evaluator,
-                            lambda done, newest: self._records.evaluation(done, newest,
-                                                                          self._now()),
-                            self._now, c.update, kept, self._records.best, self.sync.lockstep,
+                            lambda done, newest, held: self._records.evaluation(
+                                done, newest, self._now(), held),
+                            self._now, c.update, kept, self._records.highest_mean(),
+                            self.sync.lockstep, waits=self._records.waits(),
                             hold_most=self.cfg.sync.timeout / 2,
                             reached=self._records.confirmed(cfg.target, cfg.confirm_episodes))
 

@@ -21,9 +21,10 @@ import numpy as np
 from ddrl.errors import DdrlError, HardExitError, storage_error
 from ddrl.output import say
 
-FORMAT_VERSION = 9
+FORMAT_VERSION = 10
 # What each format version added; a resumed older log gets the new columns as zeros.
 FORMAT_HISTORY = {
+    10: "`held` in `/eval`",
     9: "`longest` in `/eval`",
     8: "`cut` and `known_at` in `/eval`, `owed_dropped` in `/train`",
     7: "`seconds` and `cpu_seconds` in `/eval`",
@@ -113,6 +114,9 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("known_at", "f8", "the run's wall time when the result was known"),
         ("longest", "i4", "agent steps of the longest game (of the longest still going, when cut): what the "
                           "evaluation's wait was made of; 0 in rows written before format 9"),
+        ("held", "f4", "seconds the ranks waited for it, charged to `eval.pause_share` (one released past "
+                       "`eval.pause_limit`: until then); 0 in the background, for a confirmation and in rows "
+                       "written before format 10"),
     ],
     "ranks": [
         ("update", "i8", "the update of the row"),

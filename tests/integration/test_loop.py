@@ -500,3 +500,27 @@ def test_a_final_evaluation_at_the_target_is_confirmed_before_the_run_ends(tmp_p
     assert evals["episodes"].tolist() == [4, 12] and (evals["update"] == 4).all()
     assert evals["mean_return"][1] >= 5
     assert "[ddrl] target 5 reached: the weights of update 4" in capsys.readouterr().out
+
+
+def test_a_resumed_run_focuses_as_it_had_on_evaluations_that_were_cut(tmp_path):
+    """Below the target every Pong evaluation is cut (eval.max_return): no score, but the live
+    run focuses on its mean (eval.focus_above) and takes the whole pause share past
+    eval.full_share_above. A run resumed after such evaluations does the same: the next due
+    evaluation holds the ranks, where the old code played it in the background at niceness 19
+    (a resumed Pong run knew its crossing minutes late) and halved the share."""
+    sets = ["run.max_frames=100000", "eval.every=2", "eval.target=18", "eval.focus_above=-21",
+            "eval.full_share_above=0", "eval.pause_share=1", "run.progress_seconds=1000"]
+    cfg = load_config(JOBS / "cartpole.toml", sets)
+    log = RunLog.create(tmp_path / "log.h5", {"config": cfg.to_json()})
+    for update, mean in ((2, -4.9), (4, 11.7)):
+        log.append("eval", {"update": update, "frames": update * FRAMES_PER_BATCH,
+                            "mean_return": mean, "episodes": 10, "cut": 1})
+    log.close()
+    log = RunLog.resume(tmp_path / "log.h5", 5, 5 * FRAMES_PER_BATCH, 1, {})
+    trainer = Trainer(cfg, World(), FakeLearner(), FakeActors(), LocalSync(World()), tmp_path,
+                      Counters(5, 5 * FRAMES_PER_BATCH, 5.0, 1), log,
+                      FakeEvaluator(lambda update: 0.0, polls=10))
+    schedule = trainer._schedule
+    schedule.due(6, trainer._snapshot)
+    log.close()
+    assert schedule.focused and schedule.near and schedule.pausing

@@ -31,7 +31,7 @@ def make(score, polls=1, confirm=0, target=18.0, every=2, confirm_score=None,
     schedule = EvalSchedule(
         EvalConfig(every=every, episodes=10, target=target, confirm_episodes=confirm, **settings),
         evaluator,
-        lambda done, newest: recorded.append(
+        lambda done, newest, held: recorded.append(
             (done.update, done.result.mean, done.result.episodes, newest)),
         clock=lambda: 0.0, can_pause=can_pause)
     return schedule, evaluator, recorded
@@ -114,7 +114,7 @@ def test_after_a_hit_the_gap_is_played_oldest_first_and_stops_at_the_earliest_hi
 
 def test_a_run_resumed_after_its_hit_trains_no_further_and_owes_its_kept_weights():
     schedule = EvalSchedule(EvalConfig(every=2, episodes=10, target=18.0), FakeEvaluator(lambda u: 0),
-                            lambda done, newest: None, lambda: 0.0, mark=10,
+                            lambda done, newest, held: None, lambda: 0.0, mark=10,
                             kept=[snap(4), snap(6)], best=18.5, reached=True)
     assert schedule.target_reached and [s.update for s in schedule.unplayed()] == [4, 6]
 
@@ -124,7 +124,7 @@ def test_a_run_resumed_after_a_crossing_it_did_not_confirm_trains_on():
     best score is at the target, but nothing was confirmed (the old code stopped the resumed
     run at once as "target")."""
     schedule = EvalSchedule(EvalConfig(every=2, episodes=10, target=18.0), FakeEvaluator(lambda u: 0),
-                            lambda done, newest: None, lambda: 0.0, mark=10,
+                            lambda done, newest, held: None, lambda: 0.0, mark=10,
                             kept=[snap(4), snap(6)], best=21.0)
     assert not schedule.target_reached
     schedule.due(12, lambda: snap(12))
@@ -182,7 +182,7 @@ def test_focused_waits_stay_within_pause_share_and_the_rest_wait_for_it():
     evaluator.seconds = 3.0
     schedule = EvalSchedule(EvalConfig(every=2, episodes=10, target=18.0, focus_above=-21.0,
                                        pause_share=0.1),
-                            evaluator, lambda done, newest: None, clock=lambda: now[0],
+                            evaluator, lambda done, newest, held: None, clock=lambda: now[0],
                             can_pause=True)
     waited = []
     for u in range(1, 61):
@@ -203,7 +203,7 @@ def focused(evaluator: FakeEvaluator, now: list[float], hold_most: float = float
     every update; `now[0]` is the run's clock."""
     return EvalSchedule(EvalConfig(every=1, episodes=10, target=18.0, focus_above=-21.0,
                                    **settings),
-                        evaluator, lambda done, newest: None, clock=lambda: now[0],
+                        evaluator, lambda done, newest, held: None, clock=lambda: now[0],
                         best=-21.0, can_pause=True, hold_most=hold_most)
 
 
@@ -287,3 +287,42 @@ def test_far_from_the_target_focused_waits_keep_half_the_share_for_those_near_it
     # 15 s waited by 300 s; at 305 s a tenth of the run is 30.5 s.
     assert evaluator.started[5:12] == [61, 62, 63, 64, 65, 66, 72], evaluator.started
     assert schedule.waited <= 0.1 * now[0]
+
+
+def test_each_evaluation_is_recorded_with_the_wait_charged_for_it():
+    """`held`, the /eval column a resumed run's share goes on from: a focused evaluation's
+    length; one released past eval.pause_limit its wait until the release; a background one 0."""
+    now, held = [0.0], {}
+    evaluator = FakeEvaluator(lambda u: 0.0, polls=lambda u: 10 ** 6 if u == 2 else 1)
+    evaluator.seconds = 3.0
+    schedule = EvalSchedule(EvalConfig(every=1, episodes=10, target=18.0, focus_above=-21.0,
+                                       pause_limit=30.0),
+                            evaluator, lambda done, newest, h: held.__setitem__(done.update, h),
+                            clock=lambda: now[0], best=-21.0, can_pause=True)
+    schedule.due(1, lambda: snap(1))
+    schedule.poll(wait=False)
+    now[0] = 1000.0
+    schedule.due(2, lambda: snap(2))
+    now[0] = 1031.0
+    schedule.poll(wait=False)  # released after 31 s
+    schedule.poll(wait=True)
+    assert held == {1: 3.0, 2: 31.0} and schedule.waited == 34.0
+
+
+def test_a_resumed_run_goes_on_from_the_waits_it_was_charged():
+    """Waits of 3, 3, 3, 3 and 30 s before the stop: at 500 s of run and eval.pause_share
+    0.05 (25 s) the share is spent, so a due evaluation does not hold the ranks (the old
+    code, its count at 0, held them again for up to the whole share); at 960 s, with the
+    next wait expected to be the median, 3 s, it does."""
+    now = [500.0]
+    evaluator = FakeEvaluator(lambda u: 0.0)
+    schedule = EvalSchedule(EvalConfig(every=1, episodes=10, target=18.0, focus_above=-21.0,
+                                       pause_share=0.05),
+                            evaluator, lambda done, newest, held: None, clock=lambda: now[0],
+                            mark=10, best=-21.0, can_pause=True,
+                            waits=[3.0, 3.0, 3.0, 3.0, 30.0])
+    schedule.due(11, lambda: snap(11))
+    assert schedule.waited == 42.0 and not schedule.pausing and not evaluator.busy
+    now[0] = 960.0
+    schedule.due(12, lambda: snap(12))
+    assert schedule.pausing
