@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from analysis.load import Run
 from analysis.plots import new_figure
 from analysis.scores import HELD, human_normalized, reference_scores
-from analysis.summary import over_seeds, run_labels
+from analysis.summary import median_known, over_seeds, run_labels
 
 
 def game_table(summary: pd.DataFrame) -> pd.DataFrame:
@@ -39,7 +39,8 @@ def game_table(summary: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame(rows)
     if len(table):
         median = {"game": "median", "seeds": int(table["seeds"].sum()),
-                  "hns_final": table["hns_final"].median(), "hns_best": table["hns_best"].median()}
+                  "hns_final": median_known(table["hns_final"]),
+                  "hns_best": median_known(table["hns_best"])}
         table = pd.concat([table, pd.DataFrame([median])], ignore_index=True)
     return table
 

@@ -128,26 +128,32 @@ def over_seeds(runs: pd.DataFrame) -> dict[str, Any]:
     targeted = runs["target"].notna().any()
     return {
         "seeds": len(runs),
-        "final": final.median(), "final_min": final.min(), "final_max": final.max(),
-        "best": best.median(), "best_min": best.min(), "best_max": best.max(),
+        "final": median_known(final), "final_min": final.min(), "final_max": final.max(),
+        "best": median_known(best), "best_min": best.min(), "best_max": best.max(),
         # Like for like with PPO's published scores: its training games' mean at the end.
-        "online_last100": runs["online_last100"].median(),
-        "target": runs["target"].median() if targeted else math.nan,
+        "online_last100": median_known(runs["online_last100"]),
+        "target": median_known(runs["target"]) if targeted else math.nan,
         "reached": f"{len(reached)}/{len(runs)}" if targeted else "-",
-        "frames_to_target": reached.median() if len(reached) else math.nan,
-        "minutes_to_target": runs["time_to_target"].dropna().median() / 60
-        if len(reached) else math.nan,
+        "frames_to_target": median_known(reached),
+        "minutes_to_target": median_known(runs["time_to_target"]) / 60,
         "confirmed": f"{_column(runs, 'frames_to_confirmed').notna().sum()}/{len(runs)}"
         if targeted else "-",
-        "frames_to_confirmed": _column(runs, "frames_to_confirmed").median(),
-        "minutes_to_confirmed": _column(runs, "time_to_confirmed").median() / 60,
-        "detection_lag": _column(runs, "detection_lag").median(),
-        "eval_share": _column(runs, "eval_share").median(),
-        "eval_share_to_confirmed": _column(runs, "eval_share_to_confirmed").median(),
-        "frames_to_online": _column(runs, "frames_to_online").median(),
-        "frames": runs["frames"].median(),
-        "minutes": runs["wall_time"].median() / 60,
+        "frames_to_confirmed": median_known(_column(runs, "frames_to_confirmed")),
+        "minutes_to_confirmed": median_known(_column(runs, "time_to_confirmed")) / 60,
+        "detection_lag": median_known(_column(runs, "detection_lag")),
+        "eval_share": median_known(_column(runs, "eval_share")),
+        "eval_share_to_confirmed": median_known(_column(runs, "eval_share_to_confirmed")),
+        "frames_to_online": median_known(_column(runs, "frames_to_online")),
+        "frames": median_known(runs["frames"]),
+        "minutes": median_known(runs["wall_time"]) / 60,
     }
+
+
+def median_known(values: pd.Series) -> float:
+    """The median of the values known; NaN when there are none (pandas' median of only NaN
+    prints numpy's "Mean of empty slice" warning on the user's terminal)."""
+    known = values.dropna()
+    return float(known.median()) if len(known) else math.nan
 
 
 def _column(runs: pd.DataFrame, name: str) -> pd.Series:

@@ -35,3 +35,20 @@ def test_the_evaluators_share_to_the_confirmed_weights_stands_beside_the_runs():
 
 def test_a_run_without_target_says_so():
     assert headline(row(target=math.nan)) == "r: no target"
+
+
+def test_seeds_that_confirmed_nothing_sum_up_without_numpys_warning():
+    """`ddrl analyze` over seeds none of which confirmed its target: the medians of what no run
+    has are NaN, without numpy's "Mean of empty slice" on the user's terminal."""
+    import warnings
+
+    from analysis.summary import over_seeds
+
+    runs = pd.DataFrame([row(last_eval=v, best_eval=v, online_last100=math.nan, frames=1e6,
+                             wall_time=60.0, eval_share_to_confirmed=math.nan,
+                             eval_share=math.nan) for v in (1.0, 3.0)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stats = over_seeds(runs)
+    assert stats["final"] == 2.0 and stats["confirmed"] == "0/2"
+    assert math.isnan(stats["frames_to_confirmed"]) and math.isnan(stats["minutes_to_target"])
