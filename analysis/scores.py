@@ -136,6 +136,16 @@ def eval_share(run: Run, wall_time: float, ended_by: bool = False) -> float:
     return cpu / (wall_time * cores)
 
 
+def held_share(run: Run, wall_time: float) -> float:
+    """The seconds the ranks waited for evaluations (focused ones, confirmations) over the
+    run's `wall_time`: what evaluation cost a synchronous job's frames/s; NaN for a log
+    from before `/eval` recorded it (format 10)."""
+    tables = [t for t in (run.tables.get(n) for n in ("eval", "eval_cut")) if t is not None]
+    if not wall_time or math.isnan(wall_time) or not any("held" in t for t in tables):
+        return math.nan
+    return sum(float(t["held"].sum()) for t in tables if "held" in t) / wall_time
+
+
 def to_online_target(run: Run, target: float | None, games: int = 100) -> tuple[float, float]:
     """(wall seconds, frames) at which the mean of the last `games` training games first
     reached the target: the protocol of the published PPO and A2C curves (CleanRL, RLlib)."""

@@ -11,6 +11,7 @@ from analysis.load import Run
 from analysis.scores import (
     detection_lag,
     eval_share,
+    held_share,
     human_normalized,
     resolve_target,
     to_confirmed_target,
@@ -109,6 +110,8 @@ def summarize(runs: list[Run], target: float | None = None) -> pd.DataFrame:
             "detection_lag": detection_lag(run, target),
             "eval_share": eval_share(run, done.wall_time),
             "eval_share_to_confirmed": eval_share(run, t_confirmed, ended_by=True),
+            # The ranks' waits for evaluations over the run: their cost in frames/s.
+            "held_share": held_share(run, done.wall_time),
             "dp_per_s": float(train["dp_per_s"].mean()) if len(train) else math.nan,
         }
         row["hns_best"] = human_normalized(row["best_eval"], run.game)
@@ -143,6 +146,7 @@ def over_seeds(runs: pd.DataFrame) -> dict[str, Any]:
         "detection_lag": median_known(_column(runs, "detection_lag")),
         "eval_share": median_known(_column(runs, "eval_share")),
         "eval_share_to_confirmed": median_known(_column(runs, "eval_share_to_confirmed")),
+        "held_share": median_known(_column(runs, "held_share")),
         "frames_to_online": median_known(_column(runs, "frames_to_online")),
         "frames": median_known(runs["frames"]),
         "minutes": median_known(runs["wall_time"]) / 60,
@@ -176,6 +180,8 @@ def headline(row: pd.Series) -> str:
     before = row.get("eval_share_to_confirmed", math.nan)
     to_weights = "" if math.isnan(before) else \
         f" ({100 * before:.1f}% to the confirmed weights)"
+    held = row.get("held_share", math.nan)
+    waited = "" if math.isnan(held) else f", the ranks waiting {100 * held:.1f}% of the run for it"
     online = f"online (last {ONLINE_GAMES} training games)"
     return (f"{row['run']}: target {row['target']:g} "
             + _at(row["time_to_confirmed"], row["frames_to_confirmed"], "confirmed",
@@ -184,7 +190,7 @@ def headline(row: pd.Series) -> str:
                   "no evaluation at it") + "; "
             + _at(row["time_to_online"], row["frames_to_online"], online, f"{online} not reached")
             + ("" if math.isnan(share) else
-               f"; evaluator {100 * share:.1f}% of the CPU{to_weights}"))
+               f"; evaluator {100 * share:.1f}% of the CPU{to_weights}{waited}"))
 
 
 def format_summary(summary: pd.DataFrame) -> str:

@@ -75,15 +75,16 @@ class RootRecords:
                 self.log.append(table, {"update": self.counters.update,
                                         "wall_time": self.counters.wall_time, **row})
 
-    def waits(self) -> list[float]:
-        """The seconds the ranks waited for each evaluation so far, in the order they were
-        charged to eval.pause_share: a resumed run's share goes on from them."""
-        held = self.log.rows("eval")["held"]
-        return [float(h) for h in held if h > 0]
+    def waits(self, games: int) -> list[float]:
+        """The seconds the ranks waited for each evaluation of `games` (eval.episodes) or fewer
+        so far, in the order they were charged to eval.pause_share (a confirmation's are not): a
+        resumed run's share goes on from them."""
+        rows = self.log.rows("eval")
+        return [float(h) for h, n in zip(rows["held"], rows["episodes"]) if h > 0 and n <= games]
 
     def evaluation(self, done: EvalDone, newest: bool, known_at: float, held: float) -> None:
-        """An `/eval` row (`held`: the ranks' wait charged for it); the best weights so far
-        saved beside the checkpoints."""
+        """An `/eval` row (`held`: the seconds the ranks waited for it); the best weights so
+        far saved beside the checkpoints."""
         res = done.result
         self.log.append("eval", {"update": done.update, "frames": done.frames,
                                  "wall_time": done.wall_time, "mean_return": res.mean,

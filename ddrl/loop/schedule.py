@@ -68,7 +68,7 @@ def _clock(seconds: float) -> str:
 
 class EvalSchedule:
     """`record(done, newest, held)` is called with every finished evaluation, in the order they
-    end (`newest`: not a backfilled one; `held`: the seconds of the ranks' wait charged for it);
+    end (`newest`: not a backfilled one; `held`: the seconds the ranks waited for it);
     `clock()` is the run's wall time."""
 
     def __init__(self, cfg: EvalConfig, evaluator: Evaluator | None,
@@ -93,7 +93,7 @@ class EvalSchedule:
         self.waited, self._waits = 0.0, deque(maxlen=RECENT_WAITS)
         for seconds in waits or ():
             self._waited(seconds)
-        # Waits charged at a release, recorded when the evaluation ends: update -> seconds.
+        # Waits up to a release, recorded when the evaluation ends: update -> seconds.
         self._released: dict[int, float] = {}
         # No hold past it, whatever eval.pause_limit says: the other ranks' barrier gives up at
         # sync.timeout. Since when the ranks have held for the evaluation playing.
@@ -156,9 +156,9 @@ class EvalSchedule:
         if held <= limit:
             return
         snap.paused = False
+        self._released[snap.update] = held
         if snap.prior is None:
             self._waited(held)
-            self._released[snap.update] = held
         say(f"[ddrl] warning: the evaluation of update {snap.update} held the ranks "
             f"{held:.0f} s (eval.pause_limit {self.cfg.pause_limit:g} s for "
             f"{self.cfg.episodes} games): it plays on in the background, the ranks train on",
@@ -230,9 +230,10 @@ class EvalSchedule:
         """`done` recorded; the target reached when it is confirmed."""
         newest = done.update >= self.mark
         held = self._released.pop(done.update, 0.0)
-        if done.paused and done.result.episodes <= self.cfg.episodes:  # not a confirmation
+        if done.paused:
             held = done.seconds
-            self._waited(held)
+            if done.result.episodes <= self.cfg.episodes:  # not a confirmation: charged
+                self._waited(held)
         self._record(done, newest, held)
         target, res = self.cfg.target, done.result
         focus = self.cfg.focus_above

@@ -225,7 +225,7 @@ class Trainer:
                             lambda done, newest, held: self._records.evaluation(
                                 done, newest, self._now(), held),
                             self._now, c.update, kept, self._records.highest_mean(),
-                            self.sync.lockstep, waits=self._records.waits(),
+                            self.sync.lockstep, waits=self._records.waits(cfg.episodes),
                             hold_most=self.cfg.sync.timeout / 2,
                             reached=self._records.confirmed(cfg.target, cfg.confirm_episodes))
 

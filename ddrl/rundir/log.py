@@ -114,9 +114,9 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("known_at", "f8", "the run's wall time when the result was known"),
         ("longest", "i4", "agent steps of the longest game (of the longest still going, when cut): what the "
                           "evaluation's wait was made of; 0 in rows written before format 9"),
-        ("held", "f4", "seconds the ranks waited for it, charged to `eval.pause_share` (one released past "
-                       "`eval.pause_limit`: until then); 0 in the background, for a confirmation and in rows "
-                       "written before format 10"),
+        ("held", "f4", "seconds the ranks waited for it (one released past `eval.pause_limit`: until "
+                       "then), charged to `eval.pause_share` but for a confirmation's; 0 in the background "
+                       "and in rows written before format 10"),
     ],
     "ranks": [
         ("update", "i8", "the update of the row"),

@@ -289,15 +289,18 @@ def test_far_from_the_target_focused_waits_keep_half_the_share_for_those_near_it
     assert schedule.waited <= 0.1 * now[0]
 
 
-def test_each_evaluation_is_recorded_with_the_wait_charged_for_it():
+def test_each_evaluation_is_recorded_with_the_wait_it_held_the_ranks():
     """`held`, the /eval column a resumed run's share goes on from: a focused evaluation's
-    length; one released past eval.pause_limit its wait until the release; a background one 0."""
-    now, held = [0.0], {}
-    evaluator = FakeEvaluator(lambda u: 0.0, polls=lambda u: 10 ** 6 if u == 2 else 1)
+    length; one released past eval.pause_limit its wait until the release; a crossing's
+    confirmation its length too, which the share is not charged."""
+    now, held = [0.0], []
+    evaluator = FakeEvaluator(lambda u: 20.0 if u == 3 else 0.0,
+                              polls=lambda u: 10 ** 6 if u == 2 else 1)
     evaluator.seconds = 3.0
     schedule = EvalSchedule(EvalConfig(every=1, episodes=10, target=18.0, focus_above=-21.0,
-                                       pause_limit=30.0),
-                            evaluator, lambda done, newest, h: held.__setitem__(done.update, h),
+                                       pause_limit=30.0, confirm_episodes=50),
+                            evaluator, lambda done, newest, h: held.append(
+                                (done.update, done.result.episodes, h)),
                             clock=lambda: now[0], best=-21.0, can_pause=True)
     schedule.due(1, lambda: snap(1))
     schedule.poll(wait=False)
@@ -306,7 +309,11 @@ def test_each_evaluation_is_recorded_with_the_wait_charged_for_it():
     now[0] = 1031.0
     schedule.poll(wait=False)  # released after 31 s
     schedule.poll(wait=True)
-    assert held == {1: 3.0, 2: 31.0} and schedule.waited == 34.0
+    now[0] = 2000.0
+    schedule.due(3, lambda: snap(3))
+    schedule.poll(wait=True)  # 20 over 10 games, then the confirmation's 40
+    assert held == [(1, 10, 3.0), (2, 10, 31.0), (3, 10, 3.0), (3, 50, 3.0)]
+    assert schedule.waited == 37.0 and schedule.target_reached
 
 
 def test_a_resumed_run_goes_on_from_the_waits_it_was_charged():

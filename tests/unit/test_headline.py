@@ -52,3 +52,19 @@ def test_seeds_that_confirmed_nothing_sum_up_without_numpys_warning():
         stats = over_seeds(runs)
     assert stats["final"] == 2.0 and stats["confirmed"] == "0/2"
     assert math.isnan(stats["frames_to_confirmed"]) and math.isnan(stats["minutes_to_target"])
+
+
+def test_the_ranks_waits_for_evaluations_are_a_share_of_the_run():
+    """`/eval`'s `held` over the run's wall time (cut evaluations and confirmations too), the
+    frames/s a synchronous job gave its evaluations; a log without the column has none."""
+    from types import SimpleNamespace
+
+    from analysis.scores import held_share
+
+    run = SimpleNamespace(tables={"eval": pd.DataFrame({"held": [6.0, 24.0]}),
+                                  "eval_cut": pd.DataFrame({"held": [2.0, 0.0, 8.0]})})
+    assert held_share(run, 1000.0) == 0.04
+    assert math.isnan(held_share(SimpleNamespace(tables={"eval": pd.DataFrame({"seconds": [9.0]})}),
+                                 1000.0))
+    line = headline(row(held_share=0.04))
+    assert line.endswith("evaluator 6.3% of the CPU, the ranks waiting 4.0% of the run for it")

@@ -236,3 +236,19 @@ def test_a_resumed_run_finds_a_confirmed_target_in_its_log_and_only_a_confirmed_
     assert records.confirmed(18.0, 50) and not records.confirmed(20.0, 50)
     assert not records.confirmed(None, 50)
     log.close()
+
+
+def test_a_resumed_run_takes_the_waits_charged_to_its_pause_share_from_its_log(tmp_path):
+    """RootRecords.waits: the ranks' waits for evaluations of eval.episodes games or fewer, in
+    order; a confirmation's (50 games) and the background's (0 s) are not charged."""
+    from ddrl.loop.bookkeeping import Counters
+    from ddrl.loop.progress import Progress
+    from ddrl.loop.records import RootRecords
+
+    log = RunLog.create(tmp_path / "log.h5", {})
+    records = RootRecords(log, Counters(), Progress(10.0, 0, 0.0), tmp_path)
+    for update, games, held in ((2, 10, 0.0), (4, 10, 3.5), (6, 10, 2.0), (6, 50, 24.0),
+                                (8, 7, 20.0)):
+        log.append("eval", {"update": update, "episodes": games, "held": held, "cut": 1})
+    assert records.waits(10) == [3.5, 2.0, 20.0]
+    log.close()
