@@ -38,6 +38,7 @@ class RootRecords:
         score (`best` keeps none), but the live run focuses on it, and with a target and
         eval.max_return every evaluation below the target is cut."""
         means = self.log.rows("eval")["mean_return"]
+        means = means[np.isfinite(means)]
         return float(means.max()) if len(means) else None
 
     def episodes(self, finished: Iterable[tuple[float, int]]) -> None:
