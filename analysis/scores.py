@@ -113,15 +113,11 @@ def detection_lag(run: Run, target: float | None) -> float:
     return float(row["known_at"] - row["wall_time"])
 
 
-def eval_share(run: Run, wall_time: float, ended_by: bool = False) -> float:
-    """The evaluator's CPU seconds (cut evaluations' too) over the job's core-seconds of the
-    run's first `wall_time` seconds. `ended_by`: only the evaluations that had ended by then,
-    for the share of the training that led to a target's weights, without the evaluation and
-    confirmation that then found them (the detection lag's)."""
-    cores = run.attrs.get("cores")
-    if not cores or not wall_time or math.isnan(wall_time):
-        return math.nan
-    cpu = 0.0
+def _evaluations(run: Run, wall_time: float, ended_by: bool) -> list[pd.DataFrame]:
+    """The run's evaluation rows (cut ones too); `ended_by`: only those that had ended by
+    `wall_time`, the share of the training that led to a target's weights, without the
+    evaluation and confirmation that then found them (the detection lag's)."""
+    tables = []
     for name in ("eval", "eval_cut"):
         t = run.tables.get(name)
         if t is None or not len(t):
@@ -132,18 +128,30 @@ def eval_share(run: Run, wall_time: float, ended_by: bool = False) -> float:
                 # Logs before `known_at` hold 0 there.
                 end = t["known_at"].where(t["known_at"] > 0, end)
             t = t[end <= wall_time]
-        cpu += float(t["cpu_seconds"].sum())
-    return cpu / (wall_time * cores)
+        tables.append(t)
+    return tables
 
 
-def held_share(run: Run, wall_time: float) -> float:
-    """The seconds the ranks waited for evaluations (focused ones, confirmations) over the
-    run's `wall_time`: what evaluation cost a synchronous job's frames/s; NaN for a log
-    from before `/eval` recorded it (format 10)."""
-    tables = [t for t in (run.tables.get(n) for n in ("eval", "eval_cut")) if t is not None]
-    if not wall_time or math.isnan(wall_time) or not any("held" in t for t in tables):
+def eval_share(run: Run, wall_time: float, ended_by: bool = False) -> float:
+    """The evaluator's CPU seconds (cut evaluations' too) over the job's core-seconds of the
+    run's first `wall_time` seconds (`ended_by`: as `_evaluations`)."""
+    cores = run.attrs.get("cores")
+    if not cores or not wall_time or math.isnan(wall_time):
         return math.nan
-    return sum(float(t["held"].sum()) for t in tables if "held" in t) / wall_time
+    return sum(float(t["cpu_seconds"].sum())
+               for t in _evaluations(run, wall_time, ended_by)) / (wall_time * cores)
+
+
+def held_share(run: Run, wall_time: float, ended_by: bool = False) -> float:
+    """The seconds the ranks waited for evaluations (focused ones, confirmations) over the
+    run's first `wall_time` seconds (`ended_by`: as `_evaluations`): what evaluation cost a
+    synchronous job's frames/s; NaN for a log from before `/eval` recorded it (format 10)."""
+    if not wall_time or math.isnan(wall_time) or not any(
+            "held" in t for t in (run.tables.get(n) for n in ("eval", "eval_cut"))
+            if t is not None):
+        return math.nan
+    return sum(float(t["held"].sum()) for t in _evaluations(run, wall_time, ended_by)
+               if "held" in t) / wall_time
 
 
 def to_online_target(run: Run, target: float | None, games: int = 100) -> tuple[float, float]:

@@ -110,8 +110,10 @@ def summarize(runs: list[Run], target: float | None = None) -> pd.DataFrame:
             "detection_lag": detection_lag(run, target),
             "eval_share": eval_share(run, done.wall_time),
             "eval_share_to_confirmed": eval_share(run, t_confirmed, ended_by=True),
-            # The ranks' waits for evaluations over the run: their cost in frames/s.
+            # The ranks' waits for evaluations over the run (their cost in frames/s), and over
+            # the training to the confirmed weights (eval.pause_share bounds those).
             "held_share": held_share(run, done.wall_time),
+            "held_share_to_confirmed": held_share(run, t_confirmed, ended_by=True),
             "dp_per_s": float(train["dp_per_s"].mean()) if len(train) else math.nan,
         }
         row["hns_best"] = human_normalized(row["best_eval"], run.game)
@@ -147,6 +149,7 @@ def over_seeds(runs: pd.DataFrame) -> dict[str, Any]:
         "eval_share": median_known(_column(runs, "eval_share")),
         "eval_share_to_confirmed": median_known(_column(runs, "eval_share_to_confirmed")),
         "held_share": median_known(_column(runs, "held_share")),
+        "held_share_to_confirmed": median_known(_column(runs, "held_share_to_confirmed")),
         "frames_to_online": median_known(_column(runs, "frames_to_online")),
         "frames": median_known(runs["frames"]),
         "minutes": median_known(runs["wall_time"]) / 60,
@@ -181,7 +184,10 @@ def headline(row: pd.Series) -> str:
     to_weights = "" if math.isnan(before) else \
         f" ({100 * before:.1f}% to the confirmed weights)"
     held = row.get("held_share", math.nan)
-    waited = "" if math.isnan(held) else f", the ranks waiting {100 * held:.1f}% of the run for it"
+    held_before = row.get("held_share_to_confirmed", math.nan)
+    waited = "" if math.isnan(held) else (
+        f", the ranks waiting {100 * held:.1f}% of the run for it"
+        + ("" if math.isnan(held_before) else f" ({100 * held_before:.1f}% to the confirmed weights)"))
     online = f"online (last {ONLINE_GAMES} training games)"
     return (f"{row['run']}: target {row['target']:g} "
             + _at(row["time_to_confirmed"], row["frames_to_confirmed"], "confirmed",

@@ -68,3 +68,24 @@ def test_the_ranks_waits_for_evaluations_are_a_share_of_the_run():
                                  1000.0))
     line = headline(row(held_share=0.04))
     assert line.endswith("evaluator 6.3% of the CPU, the ranks waiting 4.0% of the run for it")
+
+
+def test_the_ranks_waits_to_the_confirmed_weights_leave_out_the_evaluations_that_found_them():
+    """The waits eval.pause_share bounds: those for the evaluations that had ended when the
+    confirmed weights were taken; the crossing's evaluation and its confirmation (the
+    detection lag) are left out, as they are of the evaluator's CPU share."""
+    from types import SimpleNamespace
+
+    from analysis.scores import held_share
+
+    # Two focused evaluations during the training, then the crossing at 600 s (ended at 607,
+    # known after its confirmation at 630).
+    evals = pd.DataFrame({"wall_time": [100.0, 300.0, 600.0, 600.0],
+                          "seconds": [3.0, 9.0, 7.0, 23.0],
+                          "known_at": [103.0, 309.0, 607.0, 630.0],
+                          "held": [3.0, 9.0, 7.0, 23.0]})
+    run = SimpleNamespace(tables={"eval": evals})
+    assert held_share(run, 600.0, ended_by=True) == 0.02
+    assert held_share(run, 630.0) == 42.0 / 630.0
+    line = headline(row(held_share=0.067, held_share_to_confirmed=0.02))
+    assert line.endswith("the ranks waiting 6.7% of the run for it (2.0% to the confirmed weights)")
