@@ -8,6 +8,7 @@ what the training loop needs of all of them.
 from __future__ import annotations
 
 import importlib
+import time
 from typing import TYPE_CHECKING, Callable
 
 from ddrl.config import Config
@@ -103,5 +104,15 @@ def make_actors(cfg: Config, learner: "Learner", rank: int, restart: int) -> "Ac
     if k == 1:
         return cls(cfg, learner, rank, restart)
     from ddrl.acting.virtual import VirtualRanks
+    from ddrl.output import say
 
-    return VirtualRanks([cls(cfg, learner, rank * k + i, restart) for i in range(k)])
+    # Each virtual rank's simulators are made, reset and decorrelated one rank after another:
+    # at k = 64 that is minutes with nothing else on the terminal, which reads as a hang.
+    started = time.monotonic()
+    if rank == 0:
+        say(f"[ddrl] starting the simulators of {k} virtual ranks a process")
+    ranks = VirtualRanks([cls(cfg, learner, rank * k + i, restart) for i in range(k)])
+    if rank == 0:
+        say(f"[ddrl] the simulators of {k} virtual ranks started in "
+            f"{time.monotonic() - started:.0f} s")
+    return ranks

@@ -3,6 +3,7 @@ ranks' own gradients (each loss over its own minibatch) within float rounding, f
 algorithm family, and hands each rank its own per-sample figures."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -89,3 +90,19 @@ def test_each_ranks_own_clip_is_refused():
                                                 "optim.max_grad_norm=0.5"])
     with pytest.raises(DdrlError, match="sync.virtual_fused.*clip_scope"):
         check_config(cfg)
+
+
+def test_a_rehearsal_says_it_is_starting_its_virtual_ranks_simulators(capsys):
+    """Making many virtual ranks' simulators takes minutes before the first update: rank 0
+    says so and how long it took, so the wait is not taken for a hang."""
+    from ddrl.acting import make_actors
+
+    cfg = load_config(JOBS / "cartpole.toml", ["sync.virtual_ranks=2", "acting.mode=a2c",
+                                               "acting.threads=1"])
+    learner = Learner(cfg, *env_spec(cfg))
+    make_actors(cfg, learner, 0, 0).close()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[ddrl] starting the simulators of 2 virtual ranks a process"
+    assert re.fullmatch(r"\[ddrl\] the simulators of 2 virtual ranks started in \d+ s", lines[1])
+    make_actors(cfg, learner, 1, 0).close()
+    assert capsys.readouterr().out == ""
