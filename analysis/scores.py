@@ -146,9 +146,8 @@ def held_share(run: Run, wall_time: float, ended_by: bool = False) -> float:
     """The seconds the ranks waited for evaluations (focused ones, confirmations) over the
     run's first `wall_time` seconds (`ended_by`: as `_evaluations`): what evaluation cost a
     synchronous job's frames/s; NaN for a log from before `/eval` recorded it (format 10)."""
-    if not wall_time or math.isnan(wall_time) or not any(
-            "held" in t for t in (run.tables.get(n) for n in ("eval", "eval_cut"))
-            if t is not None):
+    logged = any("held" in run.tables.get(n, ()) for n in ("eval", "eval_cut"))
+    if not wall_time or math.isnan(wall_time) or not logged:
         return math.nan
     return sum(float(t["held"].sum()) for t in _evaluations(run, wall_time, ended_by)
                if "held" in t) / wall_time

@@ -181,13 +181,12 @@ def headline(row: pd.Series) -> str:
     known = "" if math.isnan(lag) else f", known {lag:.0f} s later"
     share = row.get("eval_share", math.nan)
     before = row.get("eval_share_to_confirmed", math.nan)
-    to_weights = "" if math.isnan(before) else \
-        f" ({100 * before:.1f}% to the confirmed weights)"
+    def to_weights(share: float) -> str:
+        return "" if math.isnan(share) else f" ({100 * share:.1f}% to the confirmed weights)"
     held = row.get("held_share", math.nan)
-    held_before = row.get("held_share_to_confirmed", math.nan)
     waited = "" if math.isnan(held) else (
         f", the ranks waiting {100 * held:.1f}% of the run for it"
-        + ("" if math.isnan(held_before) else f" ({100 * held_before:.1f}% to the confirmed weights)"))
+        + to_weights(row.get("held_share_to_confirmed", math.nan)))
     online = f"online (last {ONLINE_GAMES} training games)"
     return (f"{row['run']}: target {row['target']:g} "
             + _at(row["time_to_confirmed"], row["frames_to_confirmed"], "confirmed",
@@ -196,7 +195,7 @@ def headline(row: pd.Series) -> str:
                   "no evaluation at it") + "; "
             + _at(row["time_to_online"], row["frames_to_online"], online, f"{online} not reached")
             + ("" if math.isnan(share) else
-               f"; evaluator {100 * share:.1f}% of the CPU{to_weights}{waited}"))
+               f"; evaluator {100 * share:.1f}% of the CPU{to_weights(before)}{waited}"))
 
 
 def format_summary(summary: pd.DataFrame) -> str:
