@@ -398,6 +398,15 @@ class EvalConfig:
         doc="until a live evaluation scores this much, focused evaluations wait for at most half of "
             "`eval.pause_share`; from then on the whole share, what those before left included (`none`: "
             "the whole share from the start)")
+    # A cut evaluation whose games that ended, half of those it set out to play or more,
+    # averaged at the target was weights near it, cut by a game or two: the next due one
+    # plays at once, past the pause share and not charged to it (a confirmation's bound: one
+    # such evaluation per charged one at most). Without it a Pong seed whose 8 ended games
+    # scored 19.9 at 15.8 minutes, the share spent, saw no evaluation until 19.9.
+    near_miss: bool = setting(True,
+        doc="after a cut evaluation whose games that ended (half of its games or more) averaged at "
+            "`eval.target`, the next due evaluation is waited for at once, past `eval.pause_share` and not "
+            "charged to it (one such per charged evaluation)")
     # A focused evaluation holds the ranks at most this long (a confirmation: this per
     # eval.episodes games), then goes on in the background: one that held a Pong job's ranks
     # 85 s (a few of its games far longer than the rest) left the pause share no room for

@@ -24,6 +24,7 @@ class FakeEvaluator:
         # Updates whose first games are cut whatever they score: the mean of the games that
         # ended before the cut may be above the target.
         self.cut_updates: set[int] = set()
+        self.cut_games = 10  # the games of a cut evaluation that ended: its mean is theirs
 
     def siblings(self, most: int) -> list[FakeEvaluator]:
         return [FakeEvaluator(self._score, self._polls, 1, self.started)
@@ -42,7 +43,8 @@ class FakeEvaluator:
         self.started.append(snap.update)
         score = (self._score if snap.prior is None else self._confirm_score)(snap.update)
         cut = score < self.cut_below or snap.prior is None and snap.update in self.cut_updates
-        result = EvalResult(score, 0.0, score, snap.episodes or 10, cut=cut)
+        games = self.cut_games if cut and snap.prior is None else snap.episodes or 10
+        result = EvalResult(score, 0.0, score, games, cut=cut)
         if snap.prior is not None:  # a confirmation: the same weights, more games
             result = pooled(snap.prior, result)
         self._done = EvalDone(snap.update, snap.frames, snap.wall_time, result, snap.weights,

@@ -11,7 +11,9 @@ Invariants (tests/unit/test_eval_schedule.py):
 - a crossing counts once the same weights have played eval.confirm_episodes games in all;
 - the ranks wait for one evaluation at most its hold limit (eval.pause_limit), then it plays on
   in the background; the pause share is charged the waits, not the evaluations' lengths;
-- below eval.full_share_above, focused waits stay within FAR_SHARE of the pause share.
+- below eval.full_share_above, focused waits stay within FAR_SHARE of the pause share;
+- a near miss (eval.near_miss) lets the next due evaluation past the share, uncharged, once:
+  one that played so grants no other.
 """
 from __future__ import annotations
 
@@ -62,6 +64,15 @@ def reaches(res: EvalResult, target: float | None) -> bool:
     return target is not None and not res.cut and res.mean >= target
 
 
+def near_miss(cfg: EvalConfig, res: EvalResult) -> bool:
+    """Whether a cut evaluation's games that ended, half of those it set out to play or more
+    (a confirmation: of eval.confirm_episodes), averaged at the target: a game or two kept
+    weights near it from the target (eval.near_miss)."""
+    planned = cfg.episodes if res.episodes <= cfg.episodes else cfg.confirm_episodes
+    return cfg.near_miss and cfg.target is not None and res.cut \
+        and 2 * res.episodes >= planned and res.mean >= cfg.target
+
+
 def _clock(seconds: float) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(seconds))
 
@@ -105,6 +116,9 @@ class EvalSchedule:
         self.skipped: list[Snapshot] = [] if reached else list(kept or [])
         self.gap: list[Snapshot] = list(kept or []) if reached else []
         self.dropped = 0  # kept weights dropped for the SKIPPED_BYTES cap, since this start
+        # A near miss seen: the next due evaluation need not wait for the share. The updates
+        # of those that did not (their waits, their confirmations' near misses: no charge).
+        self._near_miss, self._uncharged = False, set()
 
     def due(self, update: int, snapshot: Callable[[], Snapshot]) -> None:
         """At each eval.every-th update, or at the first after it when the evaluator was still
@@ -121,10 +135,14 @@ class EvalSchedule:
             return
         expected = statistics.median(self._waits) if self._waits else 0.0
         share = self.cfg.pause_share * (1.0 if self.near else FAR_SHARE)
-        pause = self.focused and self.waited + expected <= share * self._clock()
+        within = self.waited + expected <= share * self._clock()
+        pause = self.focused and (within or self._near_miss)
         if not ev.busy and (pause or not self.focused and ev.within_budget()):
             snap = snapshot()
             snap.paused = pause
+            if pause and not within:
+                self._uncharged.add(update)
+            self._near_miss = False
             self._start(snap)
             self.gap, self.skipped = [*self.gap, *self.skipped], []
             self.mark = update
@@ -157,7 +175,7 @@ class EvalSchedule:
             return
         snap.paused = False
         self._released[snap.update] = held
-        if snap.prior is None:
+        if snap.prior is None and snap.update not in self._uncharged:
             self._waited(held)
         say(f"[ddrl] warning: the evaluation of update {snap.update} held the ranks "
             f"{held:.0f} s (eval.pause_limit {self.cfg.pause_limit:g} s for "
@@ -232,7 +250,8 @@ class EvalSchedule:
         held = self._released.pop(done.update, 0.0)
         if done.paused:
             held = done.seconds
-            if done.result.episodes <= self.cfg.episodes:  # not a confirmation: charged
+            if done.result.episodes <= self.cfg.episodes \
+                    and done.update not in self._uncharged:  # a confirmation is not charged
                 self._waited(held)
         self._record(done, newest, held)
         target, res = self.cfg.target, done.result
@@ -248,6 +267,12 @@ class EvalSchedule:
             say(f"[ddrl] evaluation of update {done.update} scored {res.mean:.1f} (eval."
                 f"full_share_above {near:g}): focused evaluations may wait for all of "
                 f"eval.pause_share from now on")
+        if newest and self.focused and near_miss(self.cfg, res) \
+                and done.update not in self._uncharged:
+            self._near_miss = True
+            say(f"[ddrl] evaluation of update {done.update}: {res.episodes} games ended at "
+                f"{res.mean:.1f} before it was cut (eval.near_miss): the next due one is "
+                f"waited for at once, even past eval.pause_share")
         if not reaches(res, target) or self.confirmation(done) is not None \
                 or self.target_reached:
             return

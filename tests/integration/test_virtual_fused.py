@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from ddrl.algos.batch import Batch
 from ddrl.config import load_config
@@ -32,6 +33,9 @@ def learner_and_parts(family: str) -> tuple[Learner, list[Batch]]:
     cfg = load_config(JOBS / job, [*sets, f"sync.virtual_ranks={K}", "sync.virtual_fused=true",
                                    "optim.clip_scope=sync", "acting.threads=1"])
     obs_shape, dtype, n_actions = env_spec(cfg)
+    # Seeded weights, as a run's (ddrl/cpus.py): unseeded, an a2c loss that came out near 0
+    # (its terms cancelling) now and then failed a check relative to it alone.
+    tf.keras.utils.set_random_seed(0)
     learner = Learner(cfg, obs_shape, dtype, n_actions)
     rng = np.random.default_rng(0)
 
@@ -64,7 +68,7 @@ def test_one_call_gives_the_sum_of_the_ranks_gradients(family):
     total = tree.total()
     scale = np.abs(total).max()
     np.testing.assert_allclose(fused, total, rtol=1e-5, atol=1e-6 * scale)
-    assert stats["loss"] == pytest.approx(one_by_one[0][0]["loss"], rel=1e-5)
+    assert stats["loss"] == pytest.approx(one_by_one[0][0]["loss"], rel=1e-5, abs=1e-6)
     for figures, (_, expected) in zip(per_sample, one_by_one):
         if expected is None:
             assert figures is None

@@ -333,3 +333,38 @@ def test_a_resumed_run_goes_on_from_the_waits_it_was_charged():
     now[0] = 960.0
     schedule.due(12, lambda: snap(12))
     assert schedule.pausing
+
+
+@pytest.mark.parametrize("near_miss", [True, False])
+def test_a_near_miss_lets_the_next_due_evaluation_past_the_spent_share_once(capsys, near_miss):
+    """Update 1's evaluation (3 s, charged) is cut with 8 games ended at 19.9: with
+    eval.near_miss the next due one is waited for at once though the share (5% of 101 s) is
+    spent, and not charged; it is a near miss too, but one that played past the share grants
+    no other, so update 3 waits for the share. Without eval.near_miss update 2 waits too."""
+    now = [100.0]
+    evaluator = FakeEvaluator(lambda u: 19.9)
+    evaluator.seconds, evaluator.cut_updates, evaluator.cut_games = 3.0, {1, 2, 3}, 8
+    schedule = focused(evaluator, now, pause_share=0.05, near_miss=near_miss)
+    for u in (1, 2, 3):
+        schedule.due(u, lambda u=u: snap(u))
+        schedule.poll(wait=True)
+        now[0] += 1.0
+    assert evaluator.started == ([1, 2] if near_miss else [1])
+    assert schedule.waited == 3.0
+    said = capsys.readouterr().out
+    assert ("update 1: 8 games ended at 19.9 before it was cut" in said) is near_miss
+    assert "update 2: 8 games ended" not in said
+
+
+def test_a_near_miss_needs_half_the_games_at_the_target():
+    """Cut with 4 of 10 games ended at 19.9, or 8 at 17.5: no near miss, the share decides."""
+    for games, score in [(4, 19.9), (8, 17.5)]:
+        now = [100.0]
+        evaluator = FakeEvaluator(lambda u, score=score: score)
+        evaluator.seconds, evaluator.cut_updates, evaluator.cut_games = 3.0, {1, 2}, games
+        schedule = focused(evaluator, now, pause_share=0.05)
+        for u in (1, 2):
+            schedule.due(u, lambda u=u: snap(u))
+            schedule.poll(wait=True)
+            now[0] += 1.0
+        assert evaluator.started == [1], (games, score)
