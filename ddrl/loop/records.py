@@ -79,7 +79,8 @@ class RootRecords:
     def waits(self, games: int) -> list[float]:
         """The seconds the ranks waited for each evaluation of `games` (eval.episodes) or fewer
         so far, in the order they were charged to eval.pause_share (a confirmation's are not): a
-        resumed run's share goes on from them."""
+        resumed run's share goes on from them (charged a near miss's follow-up too, which the
+        run before the stop was not: the stricter side)."""
         rows = self.log.rows("eval")
         return [float(h) for h, n in zip(rows["held"], rows["episodes"]) if h > 0 and n <= games]
 

@@ -117,7 +117,8 @@ class EvalSchedule:
         self.gap: list[Snapshot] = list(kept or []) if reached else []
         self.dropped = 0  # kept weights dropped for the SKIPPED_BYTES cap, since this start
         # A near miss seen: the next due evaluation need not wait for the share. The updates
-        # of those that did not (their waits, their confirmations' near misses: no charge).
+        # of those that played past it: their waits are not charged, their near misses (their
+        # confirmations' too) grant no other.
         self._near_miss, self._uncharged = False, set()
 
     def due(self, update: int, snapshot: Callable[[], Snapshot]) -> None:
