@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.load import Run
+from analysis.moments import STILL, STOPPED, still_share
 from analysis.scores import (
     detection_lag,
     eval_share,
@@ -115,6 +116,9 @@ def summarize(runs: list[Run], target: float | None = None) -> pd.DataFrame:
             "held_share": held_share(run, done.wall_time),
             "held_share_to_confirmed": held_share(run, t_confirmed, ended_by=True),
             "dp_per_s": float(train["dp_per_s"].mean()) if len(train) else math.nan,
+            # The share of weights Adam's epsilon held still at the last checkpoint: near 1,
+            # the network had stopped learning, whatever its loss showed.
+            "adam_still": still_share(run.path.parent, run.config.get("optim", {})),
         }
         row["hns_best"] = human_normalized(row["best_eval"], run.game)
         row.update({k: run.flat_config().get(k) for k in diff})
@@ -174,9 +178,15 @@ def _at(seconds: float, frames: float, what: str, missing: str) -> str:
 
 
 def headline(row: pd.Series) -> str:
-    """A run's time to its target on each protocol, in one line a person reads first."""
+    """A run's time to its target on each protocol, in one line a person reads first, and a
+    network that had stopped learning."""
+    still = row.get("adam_still", math.nan)
+    stopped = "" if not still >= STOPPED else (
+        f"; Adam's epsilon held {100 * still:.0f}% of the weights still at the last checkpoint "
+        f"(their gradients' RMS under optim.eps / {1 / STILL:.0f}): the network had stopped "
+        f"learning")
     if math.isnan(row["target"]):
-        return f"{row['run']}: no target"
+        return f"{row['run']}: no target{stopped}"
     lag = row.get("detection_lag", math.nan)
     known = "" if math.isnan(lag) else f", known {lag:.0f} s later"
     share = row.get("eval_share", math.nan)
@@ -195,7 +205,8 @@ def headline(row: pd.Series) -> str:
                   "no evaluation at it") + "; "
             + _at(row["time_to_online"], row["frames_to_online"], online, f"{online} not reached")
             + ("" if math.isnan(share) else
-               f"; evaluator {100 * share:.1f}% of the CPU{to_weights(before)}{waited}"))
+               f"; evaluator {100 * share:.1f}% of the CPU{to_weights(before)}{waited}")
+            + stopped)
 
 
 def format_summary(summary: pd.DataFrame) -> str:

@@ -89,3 +89,12 @@ def test_the_ranks_waits_to_the_confirmed_weights_leave_out_the_evaluations_that
     assert held_share(run, 630.0) == 42.0 / 630.0
     line = headline(row(held_share=0.067, held_share_to_confirmed=0.02))
     assert line.endswith("the ranks waiting 6.7% of the run for it (2.0% to the confirmed weights)")
+
+
+def test_a_network_adams_epsilon_held_still_is_said_to_have_stopped_learning():
+    line = headline(row(adam_still=0.988))
+    assert line.endswith("; Adam's epsilon held 99% of the weights still at the last checkpoint "
+                         "(their gradients' RMS under optim.eps / 100): the network had stopped "
+                         "learning"), line
+    assert "stopped learning" not in headline(row(adam_still=0.42))
+    assert "stopped learning" in headline(row(target=math.nan, adam_still=0.95))
