@@ -176,12 +176,18 @@ class EvalSchedule:
             return
         snap.paused = False
         self._released[snap.update] = held
-        if snap.prior is None and snap.update not in self._uncharged:
-            self._waited(held)
+        if snap.prior is None:
+            self._charge(snap.update, held)
         say(f"[ddrl] warning: the evaluation of update {snap.update} held the ranks "
             f"{held:.0f} s (eval.pause_limit {self.cfg.pause_limit:g} s for "
             f"{self.cfg.episodes} games): it plays on in the background, the ranks train on",
             err=True)
+
+    def _charge(self, update: int, seconds: float) -> None:
+        """The share charged a wait for the evaluation of `update`, unless a near miss let it
+        play past the share."""
+        if update not in self._uncharged:
+            self._waited(seconds)
 
     def _waited(self, seconds: float) -> None:
         self.waited += seconds
@@ -251,9 +257,8 @@ class EvalSchedule:
         held = self._released.pop(done.update, 0.0)
         if done.paused:
             held = done.seconds
-            if done.result.episodes <= self.cfg.episodes \
-                    and done.update not in self._uncharged:  # a confirmation is not charged
-                self._waited(held)
+            if done.result.episodes <= self.cfg.episodes:  # not a confirmation: charged
+                self._charge(done.update, held)
         self._record(done, newest, held)
         target, res = self.cfg.target, done.result
         focus = self.cfg.focus_above
