@@ -384,7 +384,7 @@ def test_status_says_where_each_run_stands(run_dirs, tmp_path):
     proc = ddrl("status", str(run_dirs[0].parent))  # a directory of runs
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].split()[:3] == ["run", "state", "frames"] and len(lines) == 3
+    assert lines[0].split()[:3] == ["run", "state", "frames"] and len(lines) == 3, lines
     # Each ended at its frame budget or at CartPole's target (then with a time to it).
     for line in lines[1:]:
         cells = line.split()
