@@ -289,8 +289,10 @@ class Trainer:
         if reason != "signal":
             self._schedule.poll(wait=True, stop=signalled)
             left = self._schedule.play_owed(signalled, on_budget=reason in ("frames", "time"))
-            if left is not None:  # else the final checkpoint's unplayed.npz holds them all
-                self._checkpoints.save_unplayed(left)
+            # The final checkpoint's owed list was taken before the evaluation then playing
+            # ended: rewritten either way, so that a run with nothing owed is not resumed to
+            # play it again.
+            self._checkpoints.save_unplayed(self._schedule.unplayed() if left is None else left)
         if self.evaluator is not None:
             self.evaluator.cancel()
         complete = reason == "signal" or not signalled.is_set()

@@ -332,6 +332,21 @@ def test_a_run_that_uses_its_budget_without_a_hit_plays_the_weights_its_evaluato
     assert checkpoint.load_unplayed(tmp_path / "checkpoints", 27) == []
 
 
+@pytest.mark.parametrize("score_of_8", [0.0, 20.0])
+def test_an_evaluation_that_ends_after_the_final_checkpoint_is_owed_no_more(tmp_path, score_of_8):
+    """The run ends on its frames at update 10 while 8's evaluation, the last due, still
+    plays: the final checkpoint keeps 8's weights as owed, then the run waits for it to end
+    (below the target, or a hit). Nothing is owed after that: `ddrl status` calls the run
+    finished, and a resume would not play 8 again."""
+    evaluator = FakeEvaluator(score=lambda update: score_of_8 if update == 8 else 0.0,
+                              polls=lambda update: 100 if update == 8 else 1)
+    trainer = make_trainer(tmp_path, [f"run.max_frames={10 * FRAMES_PER_BATCH}", "eval.every=4",
+                                      "eval.target=18"], evaluator=evaluator)
+    assert run(trainer) == 0
+    assert evaluator.started == [4, 8]
+    assert rows(tmp_path, "eval")["update"].tolist()[:2] == [4, 8]
+    assert checkpoint.load_unplayed(tmp_path / "checkpoints", 10) == []
+
 def test_owed_evaluations_side_by_side_find_the_earliest_hit_whichever_ends_first(tmp_path):
     """Three processes: 16's evaluation is slow (below the target), 18's slower (a hit), 20's
     quick (a hit): 20's ends first, yet the time to target is 18's, which ends last; 22's,
