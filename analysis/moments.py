@@ -2,7 +2,7 @@
 A weight whose gradient RMS (the square root of Adam's bias-corrected second moment) is below a
 hundredth of `optim.eps` moves less than a hundredth of the rate an update. A prioritized DQN at
 batch 512 and Adam 1e-3 had 99% of its weights so after 29,528 updates while its loss and
-gradient norm (the output biases') looked alive; Pong runs that learned had 20-42% (ReLU units
+gradient norm (the output biases') looked alive; Pong runs that learned had 11-42% (ReLU units
 that never fire), docs/results/dqn.md."""
 from __future__ import annotations
 
