@@ -20,11 +20,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ddrl.algos.batch import Batch
 from ddrl.errors import DdrlError
+
+if TYPE_CHECKING:
+    from ddrl.algos.batch import Batch
 
 PEAK_TAG = "[ddrl-bench] peak_rss_bytes"
 
@@ -146,6 +149,8 @@ def synthetic_batch(rng: np.random.Generator, learner, obs_shape: tuple[int, ...
                     obs_dtype: np.dtype, n: int) -> Batch:
     """A training batch of `n` random observations, actions and targets in the shapes the
     learner's algorithm takes: the network's cost does not depend on their values."""
+    from ddrl.algos.batch import Batch
+
     algo = learner.algo
     return Batch(synthetic_obs(rng, obs_shape, obs_dtype, n),
                  rng.integers(0, learner.n_actions, n, dtype=np.int32), np.zeros(n, np.int64),
@@ -238,6 +243,7 @@ def forward_passes(learner, train_batch: int) -> tuple[int, float, float]:
     """(FLOP of one forward pass, forward passes to act on an agent step, training passes of
     its data point): one pass acts, one more where the learner re-values the rollout
     (off-policy targets); a training pass (forward and backward) costs 3 forward passes."""
+    from ddrl.algos.batch import Batch
     from ddrl.models import forward_flops
 
     algo = learner.algo
