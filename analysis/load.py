@@ -165,10 +165,22 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
                attrs=attrs, tables=tables)
 
 
+def run_names(paths: Iterable[str | Path]) -> list[str]:
+    """Names for several runs: their directory names, or where two collide (each sweep's
+    `seed_0`), for all of them the fewest trailing parts of their directories' paths that
+    tell them apart (`sweep-a/seed_0`, `sweep-b/seed_0`)."""
+    logs = [find_log(p) for p in paths]
+    names = [_run_name(log) for log in logs]
+    dirs = [log.resolve().parent.parts for log in logs]
+    for depth in range(2, max(map(len, dirs), default=0) + 1):
+        if len(set(names)) == len(names):
+            break
+        names = [str(Path(*d[-depth:])) for d in dirs]
+    return names
+
+
 def load_runs(paths: Iterable[str | Path]) -> list[Run]:
-    """Several runs; names are directory names unless two collide, then the paths given."""
+    """Several runs, named by `run_names`."""
     paths = list(paths)
-    names = [_run_name(find_log(p)) for p in paths]
-    unique = len(set(names)) == len(names)
-    return [load_run(p, name=n if unique else str(p)) for p, n in zip(paths, names)]
+    return [load_run(p, name=n) for p, n in zip(paths, run_names(paths))]
 

@@ -9,7 +9,7 @@ import fcntl
 import math
 from pathlib import Path
 
-from analysis.load import LOG_NAME, Run, load_run
+from analysis.load import LOG_NAME, Run, load_run, run_names
 from analysis.scores import to_target
 from ddrl.errors import DdrlError
 from ddrl.rundir import checkpoint, held_by_a_run
@@ -68,7 +68,9 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
 
 
-def line(run_dir: Path) -> list[str]:
+def line(run_dir: Path, name: str | None = None) -> list[str]:
+    """The run's cells, or for a log that cannot be read its name, state and why."""
+    name = name or run_dir.name
     live = running(run_dir)
     try:
         run = load_run(run_dir)
@@ -76,11 +78,11 @@ def line(run_dir: Path) -> list[str]:
         # A log being written, read from another node of a shared filesystem, can look torn
         # for a moment: only the log of a run known to have ended is damaged.
         if live is not False:
-            return [run_dir.name, CANNOT_TELL if live is None else "running",
+            return [name, CANNOT_TELL if live is None else "running",
                     f"the log cannot be read now ({exc})"]
-        return [run_dir.name, "damaged", str(exc)]
+        return [name, "damaged", str(exc)]
     if live is None:
-        return [run_dir.name, CANNOT_TELL, "whether a run holds it: its lock file cannot be "
+        return [name, CANNOT_TELL, "whether a run holds it: its lock file cannot be "
                 "read from here (a stale NFS handle or a storage fault); its log reads"]
     progress = run.progress()
     saved = _saved_frames(run_dir)
@@ -106,7 +108,7 @@ def line(run_dir: Path) -> list[str]:
     ends += [minutes * 60 - progress.wall_time] if live and minutes > 0 else []
     left = f"{owed} evals" if owed else _clock(min(ends)) if ends else "-"
     evals = run["eval"]["mean_return"]
-    return [run_dir.name, state,
+    return [name, state,
             f"{frames:,}" + (f" ({frames / budget:.0%})" if budget else ""),
             _fmt(fps, ",.0f"), _fmt(evals.iloc[-1] if len(evals) else None, ".1f"),
             _fmt(evals.max() if len(evals) else None, ".1f"), _clock(t_target),
@@ -151,7 +153,8 @@ def _recent_rate(run: Run) -> float | None:
 def run(args: argparse.Namespace) -> int:
     header = ["run", "state", "frames", "frames/s", "last eval", "best eval", "to target",
               "restarts", "left"]
-    rows = [header, *(line(d) for d in expand(args.runs))]
+    dirs = expand(args.runs)
+    rows = [header, *map(line, dirs, run_names(dirs))]
     widths = [max(len(r[i]) for r in rows if len(r) > i and len(r) == len(header))
               for i in range(len(header))]
     for r in rows:

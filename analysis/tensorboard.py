@@ -34,8 +34,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise DdrlError(f"--tensorboard {args.tensorboard}: cannot create it ({exc.strerror})") from None
     for r in runs:
-        # Colliding names are the paths given, maybe absolute: their parts make one folder
-        # name inside DIR, never a path out of it.
+        # A name may be a path's last parts (two sweeps' `seed_0`), or a whole absolute path
+        # (one run given twice): its parts make one folder name inside DIR, never a path out.
         out = args.tensorboard / "_".join(p for p in Path(r.name).parts if p not in ("/", ".."))
         n = export(r, out)
         print(f"wrote {n} scalars of {r.name} to {out}")

@@ -40,3 +40,17 @@ def test_keys_of_bookkeeping_do_not_make_a_setting():
     assert config_differences(runs) == ["dqn.atoms", "run.seed"]
     assert setting_keys(runs) == ["dqn.atoms"]
     assert run_labels(runs[:2]) == ["run.seed=0", "run.seed=1"]
+
+
+def test_runs_of_two_sweeps_are_named_by_their_sweep_too(tmp_path):
+    """`ddrl status` and `ddrl analyze` of two sweeps: every sweep has a `seed_0`."""
+    from analysis.load import run_names
+
+    for run_dir in ("a/seed_0", "b/seed_0", "b/seed_1", "c/x/solo"):
+        (tmp_path / run_dir).mkdir(parents=True)
+        (tmp_path / run_dir / "log.h5").touch()
+    (tmp_path / "old.h5").touch()
+    assert run_names([tmp_path / "b/seed_0", tmp_path / "b/seed_1"]) == ["seed_0", "seed_1"]
+    assert run_names([tmp_path / "a/seed_0", tmp_path / "b/seed_0", tmp_path / "b/seed_1",
+                      tmp_path / "c/x/solo"]) == ["a/seed_0", "b/seed_0", "b/seed_1", "x/solo"]
+    assert run_names([tmp_path / "old.h5", tmp_path / "c/x/solo"]) == ["old", "solo"]
