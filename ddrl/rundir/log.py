@@ -82,8 +82,10 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
                             "applied to"),
         ("nonfinite", "i4", "updates since the previous row whose summed gradient held NaN or Inf: dropped "
                             "on every rank, never applied"),
-        ("t_sim", "f4", "seconds per update"),
-        ("t_predict", "f4", "seconds per update"),
+        ("t_sim", "f4", "seconds per update in the simulators, summed over the acting threads and "
+                        "virtual ranks: above the update's wall time where several act at once"),
+        ("t_predict", "f4", "seconds per update inferring to act, summed as t_sim (a ba3c "
+                            "predictor thread's include its waits for the others)"),
         ("t_train", "f4", "seconds per update"),
         ("t_sync", "f4", "seconds per update"),
         ("restart", "i4", "the start that wrote the row (0: the first)"),
@@ -126,8 +128,8 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("dp_per_s", "f4", "the rank's data points/s"),
         ("t_compute", "f4", "seconds computing per update"),
         ("t_sync", "f4", "seconds in the sync per update"),
-        ("t_sim", "f4", "seconds in the simulators per update"),
-        ("t_predict", "f4", "seconds inferring per update"),
+        ("t_sim", "f4", "seconds in the simulators per update, summed as /train's"),
+        ("t_predict", "f4", "seconds inferring per update, summed as /train's"),
         ("contributed", "i4", "1: the rank's gradient was in the update"),
         ("t_wait", "f4", "central mode's actor ranks: seconds idle, waiting for actions"),
         ("t_round", "f4", "actor ranks: mean seconds from a step sent to its actions"),
