@@ -7,6 +7,7 @@ so analysis never holds a lock that a resuming job would trip over.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
@@ -171,7 +172,8 @@ def run_names(paths: Iterable[str | Path]) -> list[str]:
     tell them apart (`sweep-a/seed_0`, `sweep-b/seed_0`)."""
     logs = [find_log(p) for p in paths]
     names = [_run_name(log) for log in logs]
-    dirs = [log.resolve().parent.parts for log in logs]
+    # abspath: the names the user gave (no symlink resolved, no filesystem call).
+    dirs = [Path(os.path.abspath(log)).parent.parts for log in logs]
     for depth in range(2, max(map(len, dirs), default=0) + 1):
         if len(set(names)) == len(names):
             break
