@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.plots import new_figure, save
+from analysis.scores import median_bound
 
 RECORD_COLUMNS = {"ranks", "minibatches", "epochs", "rollout", "frames_per_point", "rule", "seed",
                   "frames_to_target", "frames_run", "criterion"}
@@ -65,16 +66,6 @@ def with_derived(df: pd.DataFrame) -> pd.DataFrame:
     df["reached"] = df["frames_to_target"].notna()
     df["frames"] = df["frames_to_target"].where(df["reached"], df["frames_run"])
     return df
-
-
-def median_bound(frames: pd.Series, reached: pd.Series) -> tuple[float, bool]:
-    """(median, exact): a run that did not reach the target did so past its budget, anywhere
-    from there on. The median is then at least the median with each such run at its budget,
-    and exact only when it is the same with them at infinity (a budget below another run's
-    hit leaves the order, so the median, open)."""
-    f, hit = frames.to_numpy(dtype=float), reached.to_numpy(dtype=bool)
-    low = float(np.median(f))
-    return low, low == float(np.median(np.where(hit, f, np.inf)))
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:

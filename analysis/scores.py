@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from analysis.load import Run
@@ -164,3 +165,13 @@ def to_online_target(run: Run, target: float | None, games: int = 100) -> tuple[
     hits = episodes[mean >= goal]
     return (math.nan, math.nan) if hits.empty else (float(hits["wall_time"].iloc[0]),
                                                     float(hits["frames"].iloc[0]))
+
+
+def median_bound(frames: pd.Series, reached: pd.Series) -> tuple[float, bool]:
+    """(median, exact): a run that did not reach the target did so past its budget, anywhere
+    from there on. The median is then at least the median with each such run at its budget,
+    and exact only when it is the same with them at infinity (a budget below another run's
+    hit leaves the order, so the median, open)."""
+    f, hit = frames.to_numpy(dtype=float), reached.to_numpy(dtype=bool)
+    low = float(np.median(f))
+    return low, low == float(np.median(np.where(hit, f, np.inf)))

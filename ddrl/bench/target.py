@@ -12,8 +12,12 @@ import argparse
 import math
 import statistics
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddrl.errors import DdrlError
+
+if TYPE_CHECKING:  # pandas loads with the report, not with the command line's parser
+    import pandas as pd
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,12 +62,17 @@ def report(job: str, run_dirs: list[Path], target: float, cpu: str) -> str:
     (frames, minutes), when the run knew it (minutes; the lag in seconds), the first evaluation
     at the target whether its confirmation held or not, the online figure (the mean of the last
     100 training games, the published PPO curves' protocol), the frames/s, and the evaluator's
-    CPU share over the run and over the training to the confirmed weights."""
+    CPU share over the run and over the training to the confirmed weights. A seed that did not
+    confirm the target reached it past its budget: its frames and minutes print as "> X", so
+    does a median they bound, and a line under the table says where its last evaluation was."""
+    import pandas as pd
+
     from analysis.load import load_run
     from analysis.scores import (
         detection_lag,
         eval_share,
         first_confirmed,
+        median_bound,
         to_online_target,
         to_target,
     )
@@ -74,45 +83,78 @@ def report(job: str, run_dirs: list[Path], target: float, cpu: str) -> str:
              f"{'evaluations':>13s}{'eval CPU %':>12s}{'to weights':>12s}"]
     found: list[tuple[float, ...]] = []
     shares: list[tuple[float, float]] = []
+    missed: list[str] = []
+    confirmed: list[bool] = []
     for seed, run_dir in enumerate(run_dirs):
         run = load_run(run_dir)
         done = run.progress()
         rate = done.frames / done.wall_time if done.wall_time > 0 else math.nan
         hit = first_confirmed(run, target)
-        frames, minutes = ((float(hit["frames"]), float(hit["wall_time"]) / 60)
-                           if hit is not None else (math.nan, math.nan))
+        confirmed.append(hit is not None)
         lag = detection_lag(run, target)
-        known = minutes + lag / 60
+        if hit is not None:
+            frames, minutes = float(hit["frames"]), float(hit["wall_time"]) / 60
+            known = minutes + lag / 60
+        else:
+            # Its budget: the least the target would have taken it.
+            frames, minutes = float(done.frames), done.wall_time / 60
+            known = minutes
+            missed.append(_missed(seed, run["eval"], done.frames))
         row = (frames, minutes, known, lag, to_target(run, target)[1],
                to_online_target(run, target)[1], rate)
         found.append(row)
         share = (100 * eval_share(run, done.wall_time),
-                 100 * eval_share(run, minutes * 60, ended_by=True))
+                 100 * eval_share(run, minutes * 60, ended_by=True) if hit is not None
+                 else math.nan)
         shares.append(share)
         reached = f"{hit['mean_return']:+.1f}" if hit is not None else "no"
         # The cut evaluations too: load_run keeps them apart, as no scores.
         played = len(run["eval"]) + len(run["eval_cut"])
-        lines.append(f"{seed:6d}{reached:>10s}{_figures(row)}{played:13d}{_shares(share)}")
-    # A seed that never reached the target counts as infinitely slow, not as missing.
-    med = [statistics.median(math.inf if math.isnan(v) else v for v in col)
-           for col in zip(*found)]
+        bound = (hit is None,) * 3
+        lines.append(f"{seed:6d}{reached:>10s}{_figures(row, bound)}{played:13d}"
+                     f"{_shares(share)}")
+    columns = list(zip(*found))
+    # Frames, minutes and knowing: a missed seed at its budget bounds the median; the other
+    # columns count a seed that never got there as infinitely slow, not as missing.
+    bounded = [median_bound(pd.Series(col, dtype=float), pd.Series(confirmed))
+               for col in columns[:3]]
+    med = [v for v, _ in bounded] + [statistics.median(math.inf if math.isnan(v) else v
+                                                       for v in col) for col in columns[3:]]
+    bound = tuple(not exact for _, exact in bounded)
     # A share is a run's cost, not its speed: the median of the runs that have one.
     med_share = [statistics.median(v) if v else math.nan
                  for v in ([x for x in col if math.isfinite(x)] for col in zip(*shares))]
-    reached = sum(not math.isnan(f[0]) for f in found)
-    lines.append(f"{'median':>6s}{f'{reached}/{len(found)}':>10s}{_figures(med)}{'':13s}"
-                 f"{_shares(med_share)}")
-    return "\n".join(lines)
+    lines.append(f"{'median':>6s}{f'{sum(confirmed)}/{len(found)}':>10s}"
+                 f"{_figures(med, bound)}{'':13s}{_shares(med_share)}")
+    return "\n".join(lines + missed)
+
+
+def _missed(seed: int, evals: pd.DataFrame, frames: int) -> str:
+    """Where a seed that missed the target stood: the evaluation of its newest weights (a
+    backfilled one is logged late) and its best."""
+    if evals.empty:
+        return f"seed {seed}: not confirmed in its {frames:,} frames, no evaluation played"
+    last, best = evals.loc[evals["frames"].idxmax()], evals.loc[evals["mean_return"].idxmax()]
+    text = f"seed {seed}: not confirmed in its {frames:,} frames; the last evaluation {_eval(last)}"
+    return text if best["mean_return"] == last["mean_return"] else f"{text}, the best {_eval(best)}"
+
+
+def _eval(row: pd.Series) -> str:
+    return (f"{row['mean_return']:+.1f} over {int(row['episodes'])} games at "
+            f"{int(row['frames']):,} frames")
 
 
 def _shares(shares) -> str:
     return "".join(f"{v:12.1f}" if math.isfinite(v) else f"{'-':>12s}" for v in shares)
 
 
-def _figures(row) -> str:
+def _figures(row, bound: tuple[bool, ...] = ()) -> str:
     """The report's figures in their columns; "-" where there is none (a target not reached,
-    a median past the seeds that reached it)."""
+    a median past the seeds that reached it), "> X" where X is only a lower bound."""
     columns = ((14, ",.0f"), (9, ".1f"), (10, ".1f"), (7, ".0f"), (14, ",.0f"), (14, ",.0f"),
                (10, ",.0f"))
-    return "".join(f"{v:{width}{spec}}" if math.isfinite(v) else f"{'-':>{width}s}"
-                   for v, (width, spec) in zip(row, columns))
+    bound = bound + (False,) * (len(columns) - len(bound))
+    return "".join(f"{'-':>{width}s}" if not math.isfinite(v)
+                   else f"{'> ' + format(v, spec):>{width}s}" if low
+                   else f"{v:{width}{spec}}"
+                   for v, (width, spec), low in zip(row, columns, bound))

@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.batch_scaling import load_record, markdown, median_bound, plot_frames_to_score, summary_table
+from analysis.batch_scaling import load_record, markdown, plot_frames_to_score, summary_table
+from analysis.scores import median_bound
 
 RECORDS = sorted((Path(__file__).parents[2] / "docs" / "results").glob("frames-to-score*.csv"))
 
