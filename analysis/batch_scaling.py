@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -108,7 +109,10 @@ def plot_frames_to_score(df: pd.DataFrame, target_label: str = "the target"):
     markers for runs that reached it, open ones with an arrow at the budget of those that did
     not; each setting's median joined where it is exact; twice the smallest job's median as
     the line to stay under."""
-    fig, axes = new_figure(1, 1, width=8.0, height=5.0)
+    # The legend goes under the axes, two columns of wrapped rules, so that it covers no
+    # point however many rules the record holds: the figure grows by its rows.
+    legend_rows = math.ceil((df["rule"].nunique() + 1) / 2)
+    fig, axes = new_figure(1, 1, width=9.0, height=4.5 + 0.33 * legend_rows)
     ax = axes[0][0]
     table = summary_table(df)
     # Matplotlib's cycle without its gray (C7), the colour of the 2x line; past its nine
@@ -147,7 +151,9 @@ def plot_frames_to_score(df: pd.DataFrame, target_label: str = "the target"):
     # The 2x line stays in view where every run needed fewer frames.
     top = max(df["frames"].max(), 2 * smallest["median"].max() if len(smallest) else 0)
     ax.set_ylim(0, math.ceil(top / 1e6 * 1.2))
-    ax.legend(fontsize=8, loc="upper left")
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, [textwrap.fill(label, 62) for label in labels], fontsize=7.5, ncols=2,
+               loc="outside lower center")
     return fig
 
 
