@@ -100,7 +100,7 @@ class Point:
         lower bound (`median_bound`)."""
         import pandas as pd
 
-        from analysis.batch_scaling import median_bound
+        from analysis.scores import median_bound
 
         return median_bound(pd.Series(getattr(self, field)), pd.Series(self.reached))
 
