@@ -6,8 +6,8 @@ sbatch's does (`--array 2,7`): those runs alone, in the same directories.
 
 The command can be stopped and started again: a run that ended (its `ddrl train` exited 0:
 frame budget, target or time limit) is marked finished and skipped; one that was stopped
-(a signal, a crash, a reboot) resumes from its last checkpoint. SIGTERM or Ctrl-C reach the
-running run, which checkpoints before the sweep stops (exit 3).
+(a signal, a crash, a reboot) resumes from its last checkpoint. SIGTERM, SIGUSR1 or Ctrl-C
+reach the running run, which checkpoints before the sweep stops (exit 3).
 """
 from __future__ import annotations
 
@@ -136,8 +136,8 @@ def _kept_line(run_dir: Path, text: str) -> str:
 
 
 def _run_forwarding_signals(cmd: list[str]) -> tuple[int, bool]:
-    """The run's exit code, and whether a stop was asked for. SIGTERM and SIGINT to this
-    process become a SIGUSR1 to mpirun, which hands it to every rank (they checkpoint and
+    """The run's exit code, and whether a stop was asked for. SIGTERM, SIGINT, SIGHUP and
+    SIGUSR1 to this process become a SIGUSR1 to mpirun, which hands it to every rank (they checkpoint and
     stop); Open MPI's own answer to SIGINT or SIGTERM is to kill the ranks. mpirun gets its
     own session so that a terminal's Ctrl-C reaches it only this way."""
     proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_stop_with_parent)
@@ -147,8 +147,11 @@ def _run_forwarding_signals(cmd: list[str]) -> tuple[int, bool]:
         asked.append(signum)
         proc.send_signal(signal.SIGUSR1)
 
-    # SIGHUP too: an SSH session that closes under a sweep must stop its run, not orphan it.
-    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    # SIGHUP too: an SSH session that closes under a sweep must stop its run, not orphan it;
+    # and SIGUSR1, `ddrl train`'s own stop (`timeout -s USR1`), which would end the sweep
+    # silently, its run told only through its parent's death.
+    old = {s: signal.signal(s, forward)
+           for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)}
     try:
         return proc.wait(), bool(asked)
     finally:
