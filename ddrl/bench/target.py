@@ -110,8 +110,7 @@ def report(job: str, run_dirs: list[Path], target: float, cpu: str) -> str:
         reached = f"{hit['mean_return']:+.1f}" if hit is not None else "no"
         # The cut evaluations too: load_run keeps them apart, as no scores.
         played = len(run["eval"]) + len(run["eval_cut"])
-        bound = (hit is None,) * 3
-        lines.append(f"{seed:6d}{reached:>10s}{_figures(row, bound)}{played:13d}"
+        lines.append(f"{seed:6d}{reached:>10s}{_figures(row, (hit is None,) * 3)}{played:13d}"
                      f"{_shares(share)}")
     columns = list(zip(*found))
     # Frames, minutes and knowing: a missed seed at its budget bounds the median; the other
