@@ -258,9 +258,20 @@ def test_a_warning_while_the_ranks_start_checkpoints_requeues_and_completes(slur
 
 
 def test_cancel_checkpoints_and_the_job_stays_cancelled(slurm_cluster, tmp_path):
+    """scancel: the ranks checkpoint and the batch script says so before Slurm kills what is
+    left of the job (KillWait, 10 s here). Here every rank's process outlives `ddrl train`,
+    deaf to TERM, as a rank does whose end is slow (a stop ignores further signals) or whose
+    output a stray process holds: the script waited for the launcher and was killed first."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    slow = venv / "bin" / "ddrl"
+    slow.write_text(f'#!/bin/bash\n[ "$1" = train ] || exec {REPO}/.venv/bin/ddrl "$@"\n'
+                    f'trap "" TERM\n{REPO}/.venv/bin/ddrl "$@"\nrc=$?\nsleep 60\nexit $rc\n')
+    slow.chmod(0o755)
     out = tmp_path / "run"
     job = slurm_cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),
-                               "--set", "run.max_frames=10_000_000", *FAST)
+                               "--set", "run.max_frames=10_000_000", *FAST,
+                               env={"DDRL_VENV": str(venv)})
     wait_for_training(slurm_cluster, job, out / "log.h5", timeout=90)
     slurm_cluster.run("scancel", job)
     [result] = slurm_cluster.wait(job, timeout=180)

@@ -100,6 +100,9 @@ ddrl_step() {
 # is rank 0's (rank 0 checkpoints), so the job restarts or requeues instead of sitting out
 # its time limit. A stop asked for is repeated every 5 s: ranks that were still starting
 # when it came ignored it (DDRL_RANK_SH); a rank that has it already takes it once.
+# After a cancel, Slurm kills whatever is left of the job, this script too, KillWait seconds
+# (30 by default) after its TERM: rank 0's code is taken 2 s after it came, so that the
+# script says what became of the run whatever the launcher and the other ranks still do.
 ddrl_wait_step() {
   local exited_at="" grace=${DDRL_STEP_GRACE:-60} i sent_at=$SECONDS
   while kill -0 "$step_pid" 2>/dev/null; do
@@ -109,6 +112,9 @@ ddrl_wait_step() {
     fi
     if [ -s "$DDRL_EXIT_FILE" ]; then
       exited_at=${exited_at:-$SECONDS}
+      if [ "$stop" = cancel ] && [ $((SECONDS - exited_at)) -ge 2 ]; then
+        return "$(<"$DDRL_EXIT_FILE")"
+      fi
       if [ $((SECONDS - exited_at)) -ge "$grace" ]; then
         echo "ddrl: error: rank 0 exited (code $(<"$DDRL_EXIT_FILE")) $grace s ago but the step's launcher is still there: ending it (DDRL_STEP_GRACE)" >&2
         kill -TERM "$step_pid" 2>/dev/null
