@@ -38,6 +38,12 @@ class StopSignals:
         return self
 
     def _handle(self, signum, _frame) -> None:
+        # Only the first signal sets the event. A second one can land inside this handler
+        # while Event.set holds its lock (scancel's TERM and the batch script's USR1 come
+        # milliseconds apart); Python runs its handler there, in the same thread, and a
+        # second Event.set would wait on that lock for ever.
+        if self.received is not None:
+            return
         self.received = signum
         self.event.set()
 
