@@ -257,11 +257,13 @@ def test_a_warning_while_the_ranks_start_checkpoints_requeues_and_completes(slur
         assert f["starts"]["restart"].tolist()[:2] == [0, 1]
 
 
-def test_cancel_checkpoints_and_the_job_stays_cancelled(slurm_cluster, tmp_path):
+@pytest.mark.parametrize("launcher", ["srun", "mpirun"])
+def test_cancel_checkpoints_and_the_job_stays_cancelled(slurm_cluster, tmp_path, launcher):
     """scancel: the ranks checkpoint and the batch script says so before Slurm kills what is
     left of the job (KillWait, 10 s here). Here every rank's process outlives `ddrl train`,
     deaf to TERM, as a rank does whose end is slow (a stop ignores further signals) or whose
-    output a stray process holds: the script waited for the launcher and was killed first."""
+    output a stray process holds: the script waited for the launcher and was killed first.
+    mpirun, given Slurm's TERM too, ended with its own code, and the script said nothing."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     slow = venv / "bin" / "ddrl"
@@ -271,7 +273,7 @@ def test_cancel_checkpoints_and_the_job_stays_cancelled(slurm_cluster, tmp_path)
     out = tmp_path / "run"
     job = slurm_cluster.submit(SLURM / "train.sbatch", str(CARTPOLE), "--out", str(out),
                                "--set", "run.max_frames=10_000_000", *FAST,
-                               env={"DDRL_VENV": str(venv)})
+                               env={"DDRL_VENV": str(venv), "DDRL_LAUNCHER": launcher})
     wait_for_training(slurm_cluster, job, out / "log.h5", timeout=90)
     slurm_cluster.run("scancel", job)
     [result] = slurm_cluster.wait(job, timeout=180)

@@ -11,4 +11,5 @@ def test_mpirun_launcher_restarts_on_the_host_left(slurm_hosts_cluster, tmp_path
     the hosts left (`--host h1:1 -n 1`)."""
     text = lose_a_host(slurm_hosts_cluster, tmp_path / "run",
                        env={"DDRL_LAUNCHER": "mpirun", "DDRL_MPIRUN_ARGS": "--bind-to none"})
-    assert "mpirun --bind-to none --allow-run-as-root -x DDRL_EXIT_FILE -n 1 --host h1:1" in text, text
+    assert ("mpirun --bind-to none --allow-run-as-root -x DDRL_EXIT_FILE "
+            "--mca odls_base_sigkill_timeout 10 -n 1 --host h1:1") in text, text

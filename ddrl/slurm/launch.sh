@@ -65,7 +65,9 @@ ddrl_launcher() {
       [ "${SLURM_HET_SIZE:-1}" -eq 1 ] || ddrl_die "a heterogeneous job (central mode) needs DDRL_LAUNCHER=srun"
       read -ra flags <<< "${DDRL_MPIRUN_ARGS---bind-to core --map-by slot:PE=${SLURM_CPUS_PER_TASK:-1}}"
       [ "$(id -u)" != 0 ] || flags+=(--allow-run-as-root)
-      flags+=(-x DDRL_EXIT_FILE)
+      # On a cancel mpirun gets Slurm's TERM too and kills the ranks, by default 1 s after
+      # passing them the TERM: too soon for a rank to reach its update's end and checkpoint.
+      flags+=(-x DDRL_EXIT_FILE --mca odls_base_sigkill_timeout 10)
       launcher=(mpirun "${flags[@]}") ;;
     *) ddrl_die "DDRL_LAUNCHER=$DDRL_LAUNCHER: expected srun or mpirun" ;;
   esac
@@ -102,7 +104,8 @@ ddrl_step() {
 # when it came ignored it (DDRL_RANK_SH); a rank that has it already takes it once.
 # After a cancel, Slurm kills whatever is left of the job, this script too, KillWait seconds
 # (30 by default) after its TERM: rank 0's code is taken 2 s after it came, so that the
-# script says what became of the run whatever the launcher and the other ranks still do.
+# script says what became of the run whatever the launcher and the other ranks still do,
+# and in place of the launcher's (mpirun, given the TERM too, ends with its own code).
 ddrl_wait_step() {
   local exited_at="" grace=${DDRL_STEP_GRACE:-60} i sent_at=$SECONDS
   while kill -0 "$step_pid" 2>/dev/null; do
@@ -128,6 +131,9 @@ ddrl_wait_step() {
     sleep 1
   done
   wait "$step_pid"
+  local rc=$?
+  [ "$stop" = cancel ] && [ -s "$DDRL_EXIT_FILE" ] && return "$(<"$DDRL_EXIT_FILE")"
+  return "$rc"
 }
 
 # The run directory DIR of TRAIN_ARGS... (they hold `--out DIR`).
