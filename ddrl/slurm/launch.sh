@@ -115,9 +115,7 @@ ddrl_wait_step() {
     fi
     if [ -s "$DDRL_EXIT_FILE" ]; then
       exited_at=${exited_at:-$SECONDS}
-      if [ "$stop" = cancel ] && [ $((SECONDS - exited_at)) -ge 2 ]; then
-        return "$(<"$DDRL_EXIT_FILE")"
-      fi
+      [ "$stop" = cancel ] && [ $((SECONDS - exited_at)) -ge 2 ] && break
       if [ $((SECONDS - exited_at)) -ge "$grace" ]; then
         echo "ddrl: error: rank 0 exited (code $(<"$DDRL_EXIT_FILE")) $grace s ago but the step's launcher is still there: ending it (DDRL_STEP_GRACE)" >&2
         kill -TERM "$step_pid" 2>/dev/null
@@ -130,10 +128,10 @@ ddrl_wait_step() {
     # A foreground sleep, so that a trapped signal's handler runs within a second.
     sleep 1
   done
+  if [ "$stop" = cancel ] && [ -s "$DDRL_EXIT_FILE" ]; then
+    return "$(<"$DDRL_EXIT_FILE")"
+  fi
   wait "$step_pid"
-  local rc=$?
-  [ "$stop" = cancel ] && [ -s "$DDRL_EXIT_FILE" ] && return "$(<"$DDRL_EXIT_FILE")"
-  return "$rc"
 }
 
 # The run directory DIR of TRAIN_ARGS... (they hold `--out DIR`).
