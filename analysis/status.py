@@ -110,9 +110,20 @@ def line(run_dir: Path, name: str | None = None) -> list[str]:
     evals = run["eval"]["mean_return"]
     return [name, state,
             f"{frames:,}" + (f" ({frames / budget:.0%})" if budget else ""),
-            _fmt(fps, ",.0f"), _fmt(evals.iloc[-1] if len(evals) else None, ".1f"),
+            _fmt(fps, ",.0f"), _last_eval(run),
             _fmt(evals.max() if len(evals) else None, ".1f"), _clock(t_target),
             str(int(run.attrs.get("restarts", 0))), left]
+
+
+def _last_eval(run: Run) -> str:
+    """The latest evaluation's mean, a cut one's too (marked, as `ddrl train` prints it): a
+    run far from its target cuts every evaluation (`eval.max_return`), and its user would
+    otherwise see no evaluation at all for hours. The best stays that of whole evaluations."""
+    whole, cut = run["eval"], run.tables.get("eval_cut")
+    last_whole = whole["update"].iloc[-1] if len(whole) else -1
+    if cut is not None and len(cut) and cut["update"].iloc[-1] > last_whole:
+        return f"{cut['mean_return'].iloc[-1]:.1f} (cut)"
+    return _fmt(whole["mean_return"].iloc[-1] if len(whole) else None, ".1f")
 
 
 def _requeued(run_dir: Path) -> bool:
