@@ -14,8 +14,8 @@ from ddrl.config import load_config
 from ddrl.learner import Learner
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
-# Where the leak is known (measured: 65 bytes a call on 2.15.1, 675 on 2.16.2; none on 2.17.1
-# and later, nor on Python 3.10): strict, so that the stack that ends it says so.
+# Where the leak is known (measured: 65 bytes a call on 2.15.1, 675 on 2.16.2; none on 2.17.1,
+# 2.18.1 and 2.21, nor on Python 3.10): strict, so that the stack that ends it says so.
 LEAKING_STACK = sys.version_info[:2] == (3, 11) and \
     tuple(int(p) for p in tf.__version__.split(".")[:2]) < (2, 17)
 # TensorFlow fills caches of its own over the first ~2,000 calls (3,200 blocks on 2.21), then
