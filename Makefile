@@ -43,16 +43,20 @@ endef
 $(VENV)/.deps: $(VENV)/.apt setup.cfg pyproject.toml $(CONSTRAINTS)
 	$(call venv_recipe,python3,$(VENV),$(CONSTRAINTS),test)
 
-# Horovod compiles against the installed TensorFlow and MPI (2-3 minutes on 2 cores).
+# Horovod compiles against the installed TensorFlow and MPI (2-5 minutes on 2 cores), so the
+# stamp holds the TensorFlow it was built against: a venv whose TensorFlow changed (a new
+# constraints file) rebuilds it, as a Horovod built for another TensorFlow may still import.
 # Without Gloo: ddrl's launchers (mpirun, srun) start Horovod on MPI, and Gloo's sources are
 # a third of the build (docs/install.md).
 $(VENV)/.horovod: $(VENV)/.deps
-	@$(PY) -c 'import horovod.tensorflow' 2>/dev/null || { \
-	  echo "building Horovod against TensorFlow $$($(PY) -c 'import importlib.metadata as m; print(m.version("tensorflow"))') and Open MPI (2-3 minutes on 2 cores)"; \
+	@tf=$$($(PY) -c 'import importlib.metadata as m; print(m.version("tensorflow"))'); \
+	if [ "$$(cat $@ 2>/dev/null)" != "$$tf" ] || ! $(PY) -c 'import horovod.tensorflow' 2>/dev/null; then \
+	  echo "building Horovod against TensorFlow $$tf and Open MPI (2-5 minutes on 2 cores)"; \
+	  $(PIP) uninstall -q -y horovod 2>/dev/null; \
 	  HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_GLOO=1 \
 	  HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS=-j2 \
-	  $(PIP) install -q --no-cache-dir --no-build-isolation -c $(CONSTRAINTS) horovod; }
-	@touch $@
+	  $(PIP) install -q --no-cache-dir --no-build-isolation -c $(CONSTRAINTS) horovod || exit 1; \
+	fi; echo "$$tf" > $@
 
 # The main job: the Pong recipe on 2 ranks until its target score or RUN_MINUTES, then the
 # summary of its log and its curves beside the published scores. Each rank bound to its share
