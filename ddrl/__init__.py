@@ -2,11 +2,15 @@
 import os
 import platform
 
+from ddrl.output import quiet_tensorflow_import
+
 # TensorFlow's C++ start-up chatter would bury the progress line and one-line errors. Set
 # here, before any module imports TensorFlow, so that every entry point is quiet (the `ddrl`
 # command, `python -m ddrl.bench.node`, library use); a user who sets TF_CPP_MIN_LOG_LEVEL
 # gets what they asked for.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# and the lines TensorFlow 2.18 logs while it loads, past that variable, with them.
+quiet_tensorflow_import()
 # TensorFlow 2.16 and later make tf.keras Keras 3 unless told otherwise; ddrl's models,
 # optimizer and Horovod's variable broadcast use the Keras 2 API, which tf-keras keeps.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.abc
+import importlib.machinery
 import os
+import re
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 
@@ -51,25 +55,67 @@ class PhaseProgress:
             f"{int(left // 60):02d}:{int(left % 60):02d} left")
 
 
+# A line of TensorFlow's C++ logging (Abseil's format: severity I, W or E, date, time, in epoch
+# seconds before Abseil is set up, thread, file:line]) or Abseil's notice that it logs before
+# being set up; a fatal (F) line is kept.
+_NATIVE_LOG_LINE = re.compile(
+    rb"^(?:[IWE]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^ \]]+:\d+\] |"
+    rb"WARNING: All log messages before absl::InitializeLog\(\) is called)")
+
+
 @contextlib.contextmanager
 def quiet_native_logs() -> Iterator[None]:
-    """XLA's first compile logs two lines through C++ absl, which no environment variable
-    silences; they go to /dev/null unless the user asked for TensorFlow's logs by setting
-    TF_CPP_MIN_LOG_LEVEL below 3. Only native writes are dropped: Python's own errors in
-    the block arrive as exceptions, not as writes."""
+    """TensorFlow's native code logs lines that TF_CPP_MIN_LOG_LEVEL does not reach: XLA's
+    first compile (two lines), and, with 2.18, the loading of the library itself (Abseil's
+    notice, CUDA plugins registered twice). What the block writes to the stderr descriptor
+    goes to a file, and all but those log lines is written back after it, so an error line
+    or a fatal message is never lost; all of it passes when the user asked for TensorFlow's
+    logs by setting TF_CPP_MIN_LOG_LEVEL below 3."""
     level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")
     if not level.isdigit() or int(level) < 3:
         yield
         return
     sys.stderr.flush()
-    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = b"".join(line for line in caught if not _NATIVE_LOG_LINE.match(line))
+            while kept:
+                kept = kept[os.write(2, kept):]
+
+
+class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
+    """Imports TensorFlow inside `quiet_native_logs`, from whichever module imports it first,
+    since the lines it logs while loading come before any of ddrl's code could run."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None):
+        if name != "tensorflow":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def quiet_exec_module(module: object) -> None:
+            with quiet_native_logs():
+                exec_module(module)
+
+        spec.loader.exec_module = quiet_exec_module
+        return spec
+
+
+def quiet_tensorflow_import() -> None:
+    """Makes the first `import tensorflow` of the process quiet (`quiet_native_logs`)."""
+    if "tensorflow" not in sys.modules and \
+            not any(isinstance(f, _QuietTensorFlowImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _QuietTensorFlowImport())
 
 
 @functools.cache
