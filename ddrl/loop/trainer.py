@@ -78,17 +78,25 @@ class Trainer:
         start-up stops the run at its first update, with a checkpoint."""
         self.actors.start(lambda: signals.received is not None)
         reason = None
-        while reason is None:
-            batch, grad, stats, step = self._compute()
-            res = self.sync.update(grad, self._side_channel(signals.received is not None, step))
-            self._apply(res.update)
-            side = self._account(step, res)
-            if self.world.is_root:
-                self._root_duties(batch, stats, step, res, side["ranks"])
-            reason = stop_reason(side, self._nonfinite_streak, self.counters.frames,
-                                 self.cfg.run.max_frames)
-            if reason is None and side["pause"] > 0:
-                self._pause(signals.event)
+        try:
+            while reason is None:
+                batch, grad, stats, step = self._compute()
+                res = self.sync.update(grad, self._side_channel(signals.received is not None,
+                                                                step))
+                self._apply(res.update)
+                side = self._account(step, res)
+                if self.world.is_root:
+                    self._root_duties(batch, stats, step, res, side["ranks"])
+                reason = stop_reason(side, self._nonfinite_streak, self.counters.frames,
+                                     self.cfg.run.max_frames)
+                if reason is None and side["pause"] > 0:
+                    self._pause(signals.event)
+        except BaseException:
+            # Ctrl-C or an error: the actors' threads stop before the process ends. Left
+            # running, they infer while C's exit tears TensorFlow down (with 2.18, oneDNN's
+            # "could not execute a primitive" and SIGILL in place of the exit code).
+            self.actors.close()
+            raise
         # Every rank knows now; its own copy of the signal may still be on the way.
         signals.job_stopping = reason == "signal"
         # Still guarded: a signal in the final phase (Slurm's warning when the run's own
