@@ -45,7 +45,7 @@ $(VENV)/.deps: $(VENV)/.apt setup.cfg pyproject.toml $(CONSTRAINTS)
 
 # Horovod compiles against the installed TensorFlow and MPI (2-5 minutes on 2 cores), so the
 # stamp holds the TensorFlow it was built against: a venv whose TensorFlow changed (a new
-# constraints file) rebuilds it: its compiled operations are tied to that TensorFlow.
+# constraints file) rebuilds it, since its compiled operations are tied to that TensorFlow.
 # Without Gloo: ddrl's launchers (mpirun, srun) start Horovod on MPI, and Gloo's sources are
 # a third of the build (docs/install.md).
 $(VENV)/.horovod: $(VENV)/.deps

@@ -9,7 +9,8 @@ from ddrl.output import quiet_tensorflow_import
 # command, `python -m ddrl.bench.node`, library use); a user who sets TF_CPP_MIN_LOG_LEVEL
 # gets what they asked for.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# and the lines TensorFlow 2.18 logs while it loads, past that variable, with them.
+# TensorFlow 2.18 logs a few lines while it loads whatever that variable says: the first
+# import of TensorFlow drops them (ddrl/output.py).
 quiet_tensorflow_import()
 # TensorFlow 2.16 and later make tf.keras Keras 3 unless told otherwise; ddrl's models,
 # optimizer and Horovod's variable broadcast use the Keras 2 API, which tf-keras keeps.
