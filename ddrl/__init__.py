@@ -2,7 +2,11 @@
 import os
 import platform
 
+from ddrl.heap import cap_arenas
 from ddrl.output import quiet_tensorflow_import
+
+# Before any thread starts: a long run's memory stays flat (ddrl/heap.py).
+cap_arenas()
 
 # TensorFlow's C++ start-up chatter would bury the progress line and one-line errors. Set
 # here, before any module imports TensorFlow, so that every entry point is quiet (the `ddrl`

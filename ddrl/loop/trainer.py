@@ -21,6 +21,7 @@ from ddrl.algos.batch import Batch
 from ddrl.config import Config
 from ddrl.distributed.sync import Sync, SyncResult, TreeSum, Update
 from ddrl.distributed.world import World
+from ddrl.heap import HeapTrim
 from ddrl.learner import Learner
 from ddrl.loop.bookkeeping import (
     NONFINITE_LIMIT,
@@ -72,6 +73,7 @@ class Trainer:
             else None
         self._schedule = self._resumed_schedule() if world.is_root else None
         self._checkpoints = CheckpointWriter(run_dir / "checkpoints", cfg.run, counters.restarts)
+        self._heap = HeapTrim()
 
     def run(self, signals: StopSignals) -> int:
         """`signals` is installed by the caller for the whole process: a signal during
@@ -87,6 +89,7 @@ class Trainer:
                 side = self._account(step, res)
                 if self.world.is_root:
                     self._root_duties(batch, stats, step, res, side["ranks"])
+                self._heap.maybe()
                 reason = stop_reason(side, self._nonfinite_streak, self.counters.frames,
                                      self.cfg.run.max_frames)
                 if reason is None and side["pause"] > 0:

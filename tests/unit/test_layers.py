@@ -17,7 +17,7 @@ FLOORS = [
     ["ddrl.algos", "ddrl.models", "ddrl.envs", "ddrl.optim"],
     ["ddrl.config", "ddrl.config_docs", "ddrl.rundir", "ddrl.signals",
      "ddrl.errors", "ddrl.recipe",
-     "ddrl.output", "ddrl.seeding", "ddrl.cpus", "ddrl"],
+     "ddrl.output", "ddrl.seeding", "ddrl.cpus", "ddrl.heap", "ddrl"],
 ]
 
 
