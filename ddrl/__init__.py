@@ -5,7 +5,8 @@ import platform
 from ddrl.heap import cap_arenas
 from ddrl.output import quiet_tensorflow_import
 
-# Before any thread starts: a long run's memory stays flat (ddrl/heap.py).
+# Before any thread starts, since glibc fixes its arenas' limit early: rank 0's memory over a
+# long run grew with each arena its threads filled (ddrl/heap.py).
 cap_arenas()
 
 # TensorFlow's C++ start-up chatter would bury the progress line and one-line errors. Set
