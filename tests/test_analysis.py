@@ -35,6 +35,8 @@ SWEEP = ("optim.lr", ["0.001", "0.003"])
 TARGET = 100.0
 # What every run of these tests shares.
 RUN_SETS = ["--set", f"run.max_frames={FRAMES}", "--set", f"eval.target={TARGET}"]
+# One worker of `pytest -n` (Makefile) takes the whole module, so its runs train once.
+pytestmark = pytest.mark.xdist_group("analysis")
 
 
 def ddrl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

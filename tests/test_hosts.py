@@ -94,11 +94,11 @@ def test_links_are_rate_limited():
 
 def test_simulated_hosts_are_removed_afterwards():
     with simhosts.SimulatedHosts(2) as net:
-        names = [h.netns for h in net.hosts]
-        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        assert all(name in listed for name in names)
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert not any(name in listed.split() for name in names)
+        pins = [Path(simhosts.NETNS_DIR) / h.netns for h in net.hosts]
+        # A namespace's identity is its inode: a test running beside this one (`pytest -n`)
+        # may claim the freed index and pin a new namespace under the same name.
+        inodes = [pin.stat().st_ino for pin in pins]
+    assert not any(pin.exists() and pin.stat().st_ino == ino for pin, ino in zip(pins, inodes))
 
 
 # Seconds per measurement: a parameter server's run starts a rank more, and on 2 AMD EPYC

@@ -28,6 +28,8 @@ SLURM = REPO / "slurm"
 CARTPOLE = REPO / "jobs" / "cartpole.toml"
 # No evaluation episodes: they would only compete with training for the 2 cores.
 FAST = NO_EVAL
+# One worker of `pytest -n` (Makefile) takes the whole module: one cluster, started once.
+pytestmark = pytest.mark.xdist_group("slurm")
 
 
 def ddrl_slurm(*args: str) -> subprocess.CompletedProcess:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 from conftest import NO_EVAL
 from slurm_cluster import slurm_hosts_cluster  # noqa: F401  (the fixture)
 from test_slurm import CARTPOLE, SLURM, warn_and_resume
@@ -19,6 +20,8 @@ from test_slurm import CARTPOLE, SLURM, warn_and_resume
 from ddrl.rundir import checkpoint
 
 TWO_NODES = ("--nodes=2", "--ntasks-per-node=1")
+# One worker of `pytest -n` (Makefile) takes the whole module: one 2-host cluster.
+pytestmark = pytest.mark.xdist_group("slurm_hosts")
 
 
 def test_two_node_job_runs_one_rank_per_host(slurm_hosts_cluster, tmp_path):
