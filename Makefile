@@ -72,11 +72,12 @@ run: setup
 # tests spend much of their time waiting (start-up, timeouts, daemons); a module whose
 # fixtures train or start a cluster stays on one worker (its xdist_group). Then the newest
 # stack's leg.
+PYTEST_PARALLEL = -n 2
 test: setup
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n 2 tests/unit tests/integration
+	$(PY) -m pytest -q $(PYTEST_PARALLEL) tests/unit tests/integration
 	$(MAKE) --no-print-directory docs
-	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=40 tests --ignore=tests/unit --ignore=tests/integration
+	$(PY) -m pytest -q $(PYTEST_PARALLEL) --dist loadgroup --durations=40 tests --ignore=tests/unit --ignore=tests/integration
 	$(MAKE) --no-print-directory test-newest
 
 $(NEWEST_VENV)/.deps: setup.cfg pyproject.toml .ci/constraints-newest.txt $(VENV)/.apt
@@ -86,8 +87,8 @@ $(NEWEST_VENV)/.deps: setup.cfg pyproject.toml .ci/constraints-newest.txt $(VENV
 # The unit and integration tiers and the end-to-end tests marked `newest_stack` (two ranks
 # under mpirun, an Atari game, a resume, the installed wheel, W&B offline) on the newest stack.
 test-newest: $(NEWEST_VENV)/.deps
-	$(NEWEST_PY) -m pytest -q -n 2 tests/unit tests/integration
-	$(NEWEST_PY) -m pytest -q -n 2 --dist loadgroup -m newest_stack tests --ignore=tests/unit --ignore=tests/integration
+	$(NEWEST_PY) -m pytest -q $(PYTEST_PARALLEL) tests/unit tests/integration
+	$(NEWEST_PY) -m pytest -q $(PYTEST_PARALLEL) --dist loadgroup -m newest_stack tests --ignore=tests/unit --ignore=tests/integration
 
 # The documentation site (docs/, mkdocs.yml) into site/; --strict fails on a broken link.
 docs: setup
