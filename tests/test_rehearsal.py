@@ -4,6 +4,7 @@ and gradient sums are the real ranks'."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,16 +81,33 @@ def test_fused_virtual_ranks_train_the_same_job(tmp_path):
     assert abs(fused["grad_norm"][0] - plain["grad_norm"][0]) > 1e-3 * plain["grad_norm"][0]
 
 
-def test_the_projection_prints_its_inputs_and_refuses_past_the_largest_measured_batch(tmp_path):
-    quick = ("--set", "acting.mode=a2c", "--set", "eval.every=20", "--set", "eval.target=60",
-             "--set", "run.max_frames=100000", "--set", "run.tensorboard=false")
-    for k in (1, 2):
-        res = ddrl("train", JOBS / "cartpole.toml", "--out", tmp_path / f"k{k}", *quick,
-                   "--set", f"sync.virtual_ranks={k}", timeout=240)
+@pytest.fixture(scope="module")
+def projection_runs(tmp_path_factory) -> Path:
+    """The runs both projection tests read: one real rank and two fused virtual ones, each to
+    CartPole 60 (their frames to it are a rank count's point); a two-rank rehearsal unfused and
+    a real rank with another rollout, short runs whose speed alone matters."""
+    root = tmp_path_factory.mktemp("projection")
+
+    def train(name: str, *settings: str, frames: int = 20000, target: bool = False) -> None:
+        ev = ("--set", "eval.every=20", "--set", "eval.target=60") if target else NO_EVAL
+        res = ddrl("train", JOBS / "cartpole.toml", "--out", root / name, "--set",
+                   "acting.mode=a2c", "--set", f"run.max_frames={frames}", "--set",
+                   "run.tensorboard=false", *ev, *[a for kv in settings for a in ("--set", kv)],
+                   timeout=240)
         assert res.returncode == 0, res.stderr[-2000:]
-    res = ddrl("bench", "project", JOBS / "cartpole.toml", "--runs", tmp_path / "k1",
-               tmp_path / "k2", "--nodes", "1", "2", "4", "--cores-per-node", "1",
-               "--link", "1gbit", timeout=120)
+    train("k1", frames=100000, target=True)
+    train("k2", "sync.virtual_ranks=2", "sync.virtual_fused=true", frames=100000, target=True)
+    train("rehearsed", "sync.virtual_ranks=2")
+    train("other", "acting.t_max=10")
+    return root
+
+
+@pytest.mark.xdist_group("projection")
+def test_the_projection_prints_its_inputs_and_refuses_past_the_largest_measured_batch(
+        projection_runs):
+    runs = ("--runs", projection_runs / "k1", projection_runs / "k2")
+    res = ddrl("bench", "project", JOBS / "cartpole.toml", *runs, "--nodes", "1", "2", "4",
+               "--cores-per-node", "1", "--link", "1gbit", timeout=120)
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert "1 ranks: 1/1 reached" in out and "2 ranks: 1/1 reached" in out, out
@@ -100,14 +118,12 @@ def test_the_projection_prints_its_inputs_and_refuses_past_the_largest_measured_
     low, high = rows["2"].split()[-2].split("-")
     assert low == high == rows["2"].split()[-3], out
     assert "beyond the largest measured batch (2 ranks)" in rows["4"], out
-    extrapolated = ddrl("bench", "project", JOBS / "cartpole.toml", "--runs", tmp_path / "k1",
-                        tmp_path / "k2", "--nodes", "4", "--cores-per-node", "1",
-                        "--extrapolate", timeout=120)
+    extrapolated = ddrl("bench", "project", JOBS / "cartpole.toml", *runs, "--nodes", "4",
+                        "--cores-per-node", "1", "--extrapolate", timeout=120)
     assert "EXTRAPOLATED" in extrapolated.stdout, extrapolated.stdout
     # Runs that missed the target: their budget bounds the frames from below, and so the minutes.
-    missed = ddrl("bench", "project", JOBS / "cartpole.toml", "--runs", tmp_path / "k1",
-                  tmp_path / "k2", "--nodes", "1", "2", "--cores-per-node", "1", "--link",
-                  "1gbit", "--target", "100000", timeout=120)
+    missed = ddrl("bench", "project", JOBS / "cartpole.toml", *runs, "--nodes", "1", "2",
+                  "--cores-per-node", "1", "--link", "1gbit", "--target", "100000", timeout=120)
     assert missed.returncode == 0, missed.stderr
     assert "1 ranks: 0/1 reached, median > 0." in missed.stdout, missed.stdout
     rows = [line for line in missed.stdout.splitlines() if line[:5].strip().isdigit()]
@@ -115,25 +131,15 @@ def test_the_projection_prints_its_inputs_and_refuses_past_the_largest_measured_
                                   for r in rows), missed.stdout
 
 
-def test_the_projection_takes_a_rank_speed_only_from_real_ranks_alike(tmp_path):
+@pytest.mark.xdist_group("projection")
+def test_the_projection_takes_a_rank_speed_only_from_real_ranks_alike(projection_runs):
     """A rehearsal's virtual ranks share an update's all-reduce and optimizer step (fused, its
     gradient call too), which real ranks each pay: its frames/s is no rank's. A rank's speed
     comes from real ranks with the same rollout, epochs and minibatches (fails on a code that
     took an unfused rehearsal's rate)."""
-    def train(name: str, *settings: str, frames: int = 20000, ev: tuple = NO_EVAL):
-        res = ddrl("train", JOBS / "cartpole.toml", "--out", tmp_path / name, "--set",
-                   "acting.mode=a2c", "--set", f"run.max_frames={frames}", "--set",
-                   "run.tensorboard=false", *ev, *[a for kv in settings for a in ("--set", kv)],
-                   timeout=240)
-        assert res.returncode == 0, res.stderr[-2000:]
-    train("fused", "sync.virtual_ranks=2", "sync.virtual_fused=true", frames=100000,
-          ev=("--set", "eval.every=20", "--set", "eval.target=60"))
-    train("rehearsed", "sync.virtual_ranks=2")
-    train("other", "acting.t_max=10")
-    train("real")
-    project = ("bench", "project", JOBS / "cartpole.toml", "--runs", tmp_path / "fused",
+    project = ("bench", "project", JOBS / "cartpole.toml", "--runs", projection_runs / "k2",
                "--nodes", "2", "--cores-per-node", "1")
-    for speed_runs in ((), ("--speed-runs", tmp_path / "other")):
+    for speed_runs in ((), ("--speed-runs", projection_runs / "other")):
         refused = ddrl(*project, *speed_runs, timeout=120)
         assert refused.returncode != 0 and "Traceback" not in refused.stderr
         assert refused.stderr.strip().splitlines()[-1].startswith(
@@ -143,10 +149,10 @@ def test_the_projection_takes_a_rank_speed_only_from_real_ranks_alike(tmp_path):
     given = ddrl(*project, "--fps-per-core", "5000", timeout=120)
     assert given.returncode == 0, given.stderr
     assert "frames/s not measured (no run of real ranks alike)" in given.stdout, given.stdout
-    wrong = ddrl(*project, "--speed-runs", tmp_path / "rehearsed", timeout=120)
+    wrong = ddrl(*project, "--speed-runs", projection_runs / "rehearsed", timeout=120)
     assert wrong.returncode != 0 and "Traceback" not in wrong.stderr
     assert "a rehearsal (sync.virtual_ranks)" in wrong.stderr.strip().splitlines()[-1]
-    speed = ddrl(*project, "--speed-runs", tmp_path / "real", timeout=120)
+    speed = ddrl(*project, "--speed-runs", projection_runs / "k1", timeout=120)
     assert speed.returncode == 0, speed.stderr
     assert re.search(r"    2 ranks: .*; a rank \(rollout 40, epochs 4, minibatches 4\): "
                      r"[\d,]+ frames/s per core, median of 1 \(run\(s\) of real ranks\)",
