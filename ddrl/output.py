@@ -91,9 +91,25 @@ def quiet_native_logs() -> Iterator[None]:
                 kept = kept[os.write(2, kept):]
 
 
+# tf-keras, which TensorFlow imports whole as it loads, imports pandas to take DataFrames as
+# training data, which ddrl never gives it (optional there: None when the import fails); it is
+# about a thirteenth of the import, which every rank, evaluator and restart pays.
+_UNUSED_BY_KERAS = ("pandas",)
+
+
+class _Unused(importlib.abc.MetaPathFinder):
+    """Refuses `_UNUSED_BY_KERAS` while TensorFlow loads; they import as usual afterwards."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None):
+        if name.split(".")[0] in _UNUSED_BY_KERAS:
+            raise ModuleNotFoundError(f"{name} is not imported while TensorFlow loads", name=name)
+        return None
+
+
 class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
     """Imports TensorFlow inside `quiet_native_logs`, from whichever module imports it first,
-    since the lines it logs while loading come before any of ddrl's code could run."""
+    since the lines it logs while loading come before any of ddrl's code could run; and
+    without Keras' optional imports ddrl does not use (`_UNUSED_BY_KERAS`)."""
 
     def find_spec(self, name: str, path: object = None, target: object = None):
         if name != "tensorflow":
@@ -104,8 +120,13 @@ class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
         exec_module = spec.loader.exec_module
 
         def quiet_exec_module(module: object) -> None:
-            with quiet_native_logs():
-                exec_module(module)
+            unused = _Unused()
+            sys.meta_path.insert(0, unused)
+            try:
+                with quiet_native_logs():
+                    exec_module(module)
+            finally:
+                sys.meta_path.remove(unused)
 
         spec.loader.exec_module = quiet_exec_module
         return spec

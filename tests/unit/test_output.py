@@ -39,8 +39,15 @@ def test_all_of_it_passes_when_the_user_asks_for_tensorflows_logs(capfd, monkeyp
     assert capfd.readouterr().err.encode() == NATIVE + KEPT
 
 
-def test_importing_tensorflow_after_ddrl_writes_nothing():
-    res = subprocess.run([sys.executable, "-c", "import ddrl, tensorflow"], capture_output=True,
-                         text=True, timeout=120,
+def test_importing_tensorflow_after_ddrl_writes_nothing_and_leaves_pandas_out():
+    """One process for both (a TensorFlow import is seconds): its import writes nothing, and
+    tf-keras' optional pandas is not imported with it, yet imports as usual afterwards."""
+    script = ("import sys, ddrl, tensorflow\n"
+              "print('pandas' in sys.modules, 'tf_keras' in sys.modules)\n"
+              "import pandas\n"
+              "print(pandas.DataFrame({'a': [1]}).shape)\n")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120,
                          env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
     assert res.returncode == 0 and res.stderr == "", res.stderr
+    assert res.stdout.split("\n")[:2] == ["False True", "(1, 1)"], res.stdout
