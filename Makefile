@@ -68,10 +68,10 @@ run: setup
 	$(VENV)/bin/ddrl analyze $(RUN_OUT) --reference $(RUN_REFERENCE)
 
 # The in-process tiers first (unit, then integration over fakes): a broken formula or loop
-# fails in seconds, before any mpirun. Every tier runs two tests at a time: the end-to-end
-# tests spend much of their time waiting (start-up, timeouts, daemons); a module whose
-# fixtures train or start a cluster stays on one worker (its xdist_group). Then the newest
-# stack's leg.
+# fails in seconds, before any mpirun. Every tier runs two tests at a time: one end-to-end
+# test alone leaves a core idle while it waits (start-up, timeouts, daemons), two keep both
+# busy (a third ran no faster); a module whose fixtures train or start a cluster stays on one
+# worker (its xdist_group). Then the newest stack's leg.
 PYTEST_PARALLEL = -n 2
 test: setup
 	$(PY) -m ruff check .
