@@ -15,7 +15,7 @@ from ddrl.algos.actor_critic import clip_by_average_norm
 from ddrl.algos.batch import Batch
 from ddrl.config import Config
 from ddrl.models import build_model
-from ddrl.optim import AdamMoments, get_moments, make_optimizer, scheduled_lr, set_moments
+from ddrl.optim import AdamMoments, apply_step, get_moments, make_optimizer, scheduled_lr, set_moments
 from ddrl.output import spend_xla_first_logs
 
 
@@ -53,12 +53,7 @@ class Learner:
             tf.TensorSpec((None, *self.algo.action_shape), tf.int32),
             *[tf.TensorSpec((None, *self.algo.target_shapes.get(f, ())), tf.float32)
               for f in self.algo.fields])
-        # XLA fuses Adam's element-wise passes into one loop per variable: about 3x faster
-        # than the unfused Keras update, which costs a quarter of a Nature-CNN training step
-        # on CPU. Only here and in the input stem: XLA's CPU convolutions are slower than
-        # oneDNN's.
-        self._apply = tf.function(self._apply_fn, jit_compile=True,
-                                  autograph=False).get_concrete_function(
+        self._apply = tf.function(self._apply_fn, autograph=False).get_concrete_function(
             tf.TensorSpec((self.num_params,), tf.float32))
         self._fused = None
         if cfg.sync.virtual_fused and cfg.sync.virtual_ranks > 1:
@@ -118,7 +113,7 @@ class Learner:
         if o.max_grad_norm > 0 and o.clip_scope == "sync":
             flat = tf.clip_by_norm(flat, o.max_grad_norm)
         grads = [tf.reshape(g, v.shape) for g, v in zip(tf.split(flat, self.sizes), self.variables)]
-        self.optimizer.apply_gradients(zip(grads, self.variables))
+        apply_step(self.optimizer, grads, self.variables)
 
     def predict(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         """The network's two outputs on observations; a recurrent network's four (Q, max_a Q,

@@ -38,6 +38,28 @@ def make_optimizer(cfg: OptimConfig, workers: int) -> tf.keras.optimizers.Optimi
                                     beta_2=cfg.beta2, epsilon=cfg.eps)
 
 
+def apply_step(optimizer: tf.keras.optimizers.Optimizer, grads: list[tf.Tensor],
+               variables: list[tf.Variable]) -> None:
+    """One optimizer step, in the graph being traced. Adam runs TensorFlow's fused kernel on
+    Keras' own slots (ResourceApplyAdam: Keras' formula, epsilon hat included, one vectorised
+    pass a variable): 0.7-0.8 ms for the Pong recipe's 309k weights on a Zen 3 core against
+    1.7-2.0 ms for Keras' update compiled by XLA (whose floats differ in their last bits).
+    RMSProp keeps Keras' update (its epsilon sits under the square root)."""
+    if not isinstance(optimizer, tf.keras.optimizers.Adam):
+        optimizer.apply_gradients(zip(grads, variables))
+        return
+    m, v = _slots(optimizer)
+    step = tf.cast(optimizer.iterations + 1, tf.float32)
+    beta1, beta2 = (tf.constant(b, tf.float32) for b in (optimizer.beta_1, optimizer.beta_2))
+    applied = [tf.raw_ops.ResourceApplyAdam(
+        var=var.handle, m=mi.handle, v=vi.handle, beta1_power=tf.pow(beta1, step),
+        beta2_power=tf.pow(beta2, step), lr=tf.cast(optimizer.learning_rate, tf.float32),
+        beta1=beta1, beta2=beta2, epsilon=tf.constant(optimizer.epsilon, tf.float32), grad=g)
+        for g, var, mi, vi in zip(grads, variables, m, v)]
+    with tf.control_dependencies(applied):
+        optimizer.iterations.assign_add(1)
+
+
 @dataclass
 class AdamMoments:
     """Adam's state as flat vectors in the order of the model's variables, plus its step count:

@@ -46,7 +46,7 @@ from ddrl.distributed.sync import bcast
 from ddrl.distributed.waiting import Backoff, abort, wait_all
 from ddrl.distributed.world import World
 from ddrl.learner import Learner
-from ddrl.optim import get_moments, make_optimizer, set_moments
+from ddrl.optim import apply_step, get_moments, make_optimizer, set_moments
 from ddrl.output import say
 
 
@@ -92,9 +92,9 @@ class ParameterServer:
         self._opt = make_optimizer(self._cfg.optim, self.workers)
         self._opt.build([self._var])
         set_moments(self._opt, learner.get_moments().slice(lo, hi))
-        # Compiled with XLA like Learner.apply: Adam's element-wise passes fuse into one loop.
+        # The same step as Learner.apply's, on this slice.
         self._step = tf.function(
-            lambda g: self._opt.apply_gradients([(g, self._var)]), jit_compile=True, autograph=False,
+            lambda g: apply_step(self._opt, [g], [self._var]), autograph=False,
             input_signature=[tf.TensorSpec((hi - lo,), tf.float32)])
         self._weights = self._var.numpy()
         if self.index == 0:
