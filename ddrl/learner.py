@@ -16,13 +16,11 @@ from ddrl.algos.batch import Batch
 from ddrl.config import Config
 from ddrl.models import build_model
 from ddrl.optim import AdamMoments, apply_step, get_moments, make_optimizer, scheduled_lr, set_moments
-from ddrl.output import spend_xla_first_logs
 
 
 class Learner:
     def __init__(self, cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
                  n_actions: int, workers: int = 1):
-        spend_xla_first_logs()
         self.cfg = cfg
         self.n_actions = n_actions
         self.algo = make_algorithm(cfg)

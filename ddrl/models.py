@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from ddrl.config import ModelConfig
 from ddrl.cpus import cpu_flags
+from ddrl.output import spend_xla_first_logs
 
 L = tf.keras.layers
 
@@ -58,6 +59,7 @@ class FramesToChannelsLast(L.Layer):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
+        spend_xla_first_logs()
         self._convert = tf.function(self._convert_fn, jit_compile=True, autograph=False)
 
     def _convert_fn(self, frames: tf.Tensor) -> tf.Tensor:

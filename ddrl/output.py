@@ -143,8 +143,8 @@ def quiet_tensorflow_import() -> None:
 @functools.cache
 def spend_xla_first_logs() -> None:
     """XLA logs its lines once per process, at the first compile: a trivial compile here
-    spends them quietly, so the compiles that come later (the network's input stem, Adam's
-    update, on whichever thread is first) print nothing."""
+    spends them quietly, so the compiles that come later (the network's input stem, on
+    whichever thread is first) print nothing."""
     import tensorflow as tf
 
     with quiet_native_logs():
