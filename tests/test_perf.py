@@ -3,6 +3,7 @@ only, since timings on a shared 2-core machine are noise (the figures are in doc
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 
 import numpy as np
@@ -13,9 +14,15 @@ NUMBER = r"[\d,]+(?:\.\d+)?"
 
 
 def test_bench_node_prints_all_figures():
-    res = ddrl("bench", "node", JOBS / "cartpole.toml", "--seconds", "3", timeout=240)
+    res = ddrl("bench", "node", JOBS / "cartpole.toml", "--seconds", "3", "--ranks", "2",
+               timeout=240)
     assert res.returncode == 0, res.stderr
     out = res.stdout
+    # One rank's ceilings on one rank's share of the cores, every thread of it (the
+    # simulators' too), not on all of them.
+    share = max(1, len(os.sched_getaffinity(0)) // 2)
+    assert re.search(rf"^one rank's ceilings on {share} of {len(os.sched_getaffinity(0))} "
+                     r"cores \(\[[\d, ]+\]\), times 2 rank\(s\)$", out, re.M), out
     for row in ("emulator alone", "network alone", "node"):
         assert re.search(rf"^{row}\s.*{NUMBER}", out, re.M), out
     assert re.search(rf"^node\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}$", out, re.M), out

@@ -1,5 +1,6 @@
 """`ddrl bench node JOB.toml [--seconds S] [--set k=v ...] [--ranks N]`: one node's throughput
-against two ceilings measured in the same run, on the same cores and threads:
+against two ceilings measured in the same run, one rank's on one rank's share of the cores and
+threads, times the ranks:
 
 - the emulator alone: the node's own simulator pools stepped with random actions;
 - the network alone: inference and training on synthetic batches of the node's sizes.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import queue
 import resource
 import subprocess
@@ -264,22 +266,48 @@ def batch_sizes(cfg) -> tuple[int, int]:
 
 
 def ceilings(cfg, learner, node_cls, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
-             seconds: float) -> tuple[float, float, int, float]:
+             seconds: float) -> tuple[float, float, int, float, set[int]]:
     """(emulator agent steps/s, network data points/s, frames per agent step, matmul FLOP/s)
-    of one rank."""
+    of one rank, and the cores its threads had while the simulators ran."""
     from ddrl.models import compute_precision
 
     node = node_cls(cfg, learner, rank=0, restart=0)
     try:
         frames_per_step = node.pools[0].frames_per_step
         emulator = emulator_rate(node.pools, seconds)
+        cores = threads_cores()
     finally:
         node.close()
     actor_threads = cfg.acting.predictors if cfg.acting.mode == "ba3c" else 0
     network = network_rate(learner, obs_shape, obs_dtype, *batch_sizes(cfg), seconds,
                            actor_threads)
     return emulator, network, frames_per_step, matmul_rate(compute_precision(cfg.model),
-                                                           min(3.0, seconds / 4))
+                                                           min(3.0, seconds / 4)), cores
+
+
+def _threads() -> list[int]:
+    return [int(task.name) for task in Path("/proc/self/task").iterdir()]
+
+
+def threads_cores() -> set[int]:
+    """The cores this process's threads may run on, all of them (the simulators' included)."""
+    cores: set[int] = set()
+    for tid in _threads():
+        try:
+            cores |= os.sched_getaffinity(tid)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
+    return cores
+
+
+def pin_threads(cores: set[int]) -> None:
+    """Every thread of this process on `cores` (those that exist: a thread started before the
+    call, numpy's or TensorFlow's, would keep its mask otherwise); new ones inherit it."""
+    for tid in _threads():
+        try:
+            os.sched_setaffinity(tid, cores)
+        except ProcessLookupError:
+            pass
 
 
 def run(args: argparse.Namespace) -> int:
@@ -295,6 +323,13 @@ def run(args: argparse.Namespace) -> int:
         raise DdrlError("a recurrent actor-critic (algo.recurrent): the network-alone ceiling "
                         "is measured for feed-forward nets; `ddrl train` logs its frames/s")
     threads = cores_per_rank(cfg.acting.threads, args.ranks)
+    # The ceilings are one rank's, so they run on one rank's share of the cores: every thread,
+    # those started later (TensorFlow's pools, the simulators') inheriting the mask. Over all
+    # the cores one rank's two simulator groups ran 1.6x their rate on the one core a bound
+    # rank has (Zen 3), and the x ranks below overstated the emulator by as much.
+    everywhere = os.sched_getaffinity(0)
+    one_rank = set(sorted(everywhere)[:threads])
+    pin_threads(one_rank)
     configure_tensorflow(threads, deterministic=cfg.acting.mode == "a2c")
 
     from ddrl.acting import actors_class
@@ -315,10 +350,16 @@ def run(args: argparse.Namespace) -> int:
     # Ceilings are measured half before and half after the node, so load that drifts during
     # the run (shared machines) weighs on both sides of each ratio alike.
     halves = [ceilings(cfg, learner, node_cls, obs_shape, obs_dtype, args.seconds / 2)]
+    # mpirun inherits this thread's mask: the node's ranks get all the cores.
+    os.sched_setaffinity(0, everywhere)
     fig = measure_training(args.job, args.set, args.seconds, halves[0][2], args.ranks)
+    pin_threads(one_rank)
     halves.append(ceilings(cfg, learner, node_cls, obs_shape, obs_dtype, args.seconds / 2))
     emulator, network, _, matmul = (sum(h[i] for h in halves) / 2 * args.ranks
                                     for i in range(4))
+    cores = sorted(halves[0][4] | halves[1][4])
+    print(f"one rank's ceilings on {len(cores)} of {len(everywhere)} cores ({cores}), "
+          f"times {args.ranks} rank(s)")
     print(format_report(fig, emulator, network, halves[0][2], args.ranks))
     print(format_bound(fig, network, forward_passes(learner, train_batch), halves[0][2], matmul,
                        compute_precision(cfg.model), threads * args.ranks))
