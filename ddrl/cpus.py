@@ -16,10 +16,25 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 if TYPE_CHECKING:
     from ddrl.config import Config
+
+T = TypeVar("T")
+
+
+def each_thread(fn: Callable[[int], T]) -> list[T]:
+    """`fn(thread id)` for every thread of this process (Linux keeps niceness and affinity per
+    thread: one started before a change would keep the old), skipping one that ended since the
+    listing."""
+    out = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            out.append(fn(int(task)))
+        except ProcessLookupError:
+            pass
+    return out
 
 
 def cores_per_rank(requested: int, local_ranks: int) -> int:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ddrl.cpus import each_thread
 from ddrl.errors import DdrlError
 
 if TYPE_CHECKING:
@@ -285,29 +286,15 @@ def ceilings(cfg, learner, node_cls, obs_shape: tuple[int, ...], obs_dtype: np.d
                                                            min(3.0, seconds / 4)), cores
 
 
-def _threads() -> list[int]:
-    return [int(task.name) for task in Path("/proc/self/task").iterdir()]
-
-
 def threads_cores() -> set[int]:
     """The cores this process's threads may run on, all of them (the simulators' included)."""
-    cores: set[int] = set()
-    for tid in _threads():
-        try:
-            cores |= os.sched_getaffinity(tid)
-        except ProcessLookupError:  # a thread that ended meanwhile
-            pass
-    return cores
+    return set().union(*each_thread(os.sched_getaffinity))
 
 
 def pin_threads(cores: set[int]) -> None:
-    """Every thread of this process on `cores` (those that exist: a thread started before the
-    call, numpy's or TensorFlow's, would keep its mask otherwise); new ones inherit it."""
-    for tid in _threads():
-        try:
-            os.sched_setaffinity(tid, cores)
-        except ProcessLookupError:
-            pass
+    """Every thread of this process on `cores` (numpy's and TensorFlow's, started before, too);
+    new ones inherit it."""
+    each_thread(lambda tid: os.sched_setaffinity(tid, cores))
 
 
 def run(args: argparse.Namespace) -> int:

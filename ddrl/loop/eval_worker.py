@@ -18,6 +18,8 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
+from ddrl.cpus import each_thread
+
 if TYPE_CHECKING:  # imported at run time only once TensorFlow is configured
     from ddrl.config import Config
     from ddrl.learner import Learner
@@ -33,11 +35,7 @@ def cpu_seconds() -> float:
 def lower_priority(nice: int) -> None:
     """Every thread of this process at niceness `nice` (Linux's is per thread, inherited by the
     threads each creates: TensorFlow's pools exist by now, the simulators' come later)."""
-    for task in os.listdir("/proc/self/task"):
-        try:
-            os.setpriority(os.PRIO_PROCESS, int(task), nice)
-        except ProcessLookupError:  # a thread that ended since the listing
-            pass
+    each_thread(lambda tid: os.setpriority(os.PRIO_PROCESS, tid, nice))
 
 
 def main(fd_in: int, fd_out: int, cpus: set[int]) -> int:
